@@ -1,0 +1,3 @@
+from moecache.cli import main
+
+main()

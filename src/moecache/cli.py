@@ -1,0 +1,160 @@
+"""The `moecache` command line: each pipeline stage is one subcommand; rules only call these.
+
+Settings come either from a whole config file (`--config FILE`, validated in full) or, as
+the Snakemake rules pass them, as JSON holding just the sections a stage reads
+(`--settings JSON`), so a rule reruns only when its own sections change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from moecache import config as configs
+from moecache.errors import MoecacheError
+
+
+def load_settings(args: argparse.Namespace, sections: tuple[str, ...]) -> dict:
+    if args.config:
+        settings = configs.load(args.config)
+    elif args.settings:
+        try:
+            settings = json.loads(args.settings)
+        except json.JSONDecodeError as error:
+            raise MoecacheError(f"--settings: not valid JSON ({error})") from None
+        configs.validate_schema(settings, required=("seed", "hub_offline", *sections))
+    else:
+        raise MoecacheError("give --config FILE or --settings JSON")
+    if settings["hub_offline"]:
+        # Read by huggingface_hub, datasets and transformers when they are first imported.
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            os.environ[name] = "1"
+    return settings
+
+
+def cmd_validate_config(args):
+    configs.load(args.file)
+    print(f"{args.file}: valid")
+
+
+def cmd_corpus(args):
+    from moecache import corpus
+
+    settings = load_settings(args, ("corpus",))
+    corpus.write(corpus.build(settings["corpus"], settings["seed"]), args.out_dir)
+
+
+def cmd_tokenizer(args):
+    from moecache import corpus, tokenizer
+
+    settings = load_settings(args, ("tokenizer",))
+    texts = [doc["text"] for doc in corpus.read(args.train)]
+    tokenizer.train(texts, settings["tokenizer"]["vocab_size"], args.out)
+
+
+def cmd_heldout(args):
+    from moecache import corpus, tokenizer
+
+    settings = load_settings(args, ("corpus",))
+    tok = tokenizer.load(args.tokenizer)
+    rows = corpus.sequences(tok, corpus.read(args.text), settings["corpus"]["heldout"]["max_tokens"])
+    corpus.write_sequences(rows, args.out)
+
+
+def cmd_train(args):
+    from moecache import corpus, train
+
+    settings = load_settings(args, ("model", "training"))
+    texts = [doc["text"] for doc in corpus.read(args.train)]
+    summary = train.train(settings, args.tokenizer, texts, args.out)
+    last = summary["log"][-1]
+    print(f"trained {summary['parameters']:,} parameters on {summary['tokens_seen']:,} tokens; "
+          f"final lm loss {last['lm_loss']:.3f}")
+
+
+def cmd_profile_model(args):
+    import torch
+
+    from moecache import corpus, profile
+    from moecache import model as models
+    from moecache.atomic import write_text
+
+    settings = load_settings(args, ("model", "harness"))
+    harness, model_settings = settings["harness"], settings["model"]
+    torch.set_num_threads(harness["threads"])
+    model = models.load(args.model, model_settings["dtype"], harness["device"],
+                        model_settings["architecture"])
+    sequences = corpus.read_sequences(args.sequences)
+    layer = model.model.layers[harness["restricted_layers"][0]]
+    nbytes, copy_s = profile.expert_copy_seconds(layer.mlp.experts, harness["device"], 200)
+    token_s = profile.token_seconds(model, sequences, harness["device"])
+    report = {
+        "device": harness["device"],
+        "expert_bytes": nbytes,
+        "expert_copy_ms": copy_s * 1e3,
+        "token_compute_ms": 1e3 * sum(token_s) / len(token_s),
+        "timed_tokens": len(token_s),
+        **profile.routing(model, sequences, harness["device"], settings["seed"]),
+    }
+    report["copy_share_of_token"] = report["expert_copy_ms"] / report["token_compute_ms"]
+    write_text(args.out, json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if not k.endswith("per_layer")}))
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="moecache", description=__doc__.splitlines()[0])
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def command(name, func, help):
+        p = sub.add_parser(name, help=help)
+        p.set_defaults(func=func)
+        return p
+
+    def with_settings(p):
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--config", help="a whole config file (YAML)")
+        group.add_argument("--settings", help="JSON with the sections this stage reads")
+        return p
+
+    p = command("validate-config", cmd_validate_config, "check a config file against the schema")
+    p.add_argument("file")
+
+    p = with_settings(command("corpus", cmd_corpus, "build the training text and held-out shards"))
+    p.add_argument("--out-dir", required=True, type=Path)
+
+    p = with_settings(command("tokenizer", cmd_tokenizer, "train the byte-level BPE tokenizer"))
+    p.add_argument("--train", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+
+    p = with_settings(command("heldout", cmd_heldout, "tokenize one held-out shard"))
+    p.add_argument("--tokenizer", required=True)
+    p.add_argument("--text", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+
+    p = with_settings(command("train", cmd_train, "train the embedded tiny OLMoE"))
+    p.add_argument("--tokenizer", required=True)
+    p.add_argument("--train", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+
+    p = with_settings(command("profile-model", cmd_profile_model,
+                              "time one expert copy and one token, measure routing reuse"))
+    p.add_argument("--model", required=True)
+    p.add_argument("--sequences", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    return top
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except MoecacheError as error:
+        print(f"moecache: error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Load and check a study's configuration.
+
+The JSON schema (workflow/schemas/config.schema.yaml) states types and allowed keys;
+`check` adds the rules that relate keys to each other. Both report one line that
+names the offending key, so a bad config stops before any job runs.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from moecache.errors import MoecacheError
+
+
+class ConfigError(MoecacheError):
+    """A configuration that cannot describe a valid study."""
+
+
+def schema() -> dict:
+    text = resources.files("moecache").joinpath("config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def key_path(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def describe(error: jsonschema.ValidationError) -> str:
+    """One line naming the key of a schema violation."""
+    if error.validator == "additionalProperties":
+        allowed = set(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - allowed)
+        where = key_path([*error.absolute_path, unknown[0]]) if unknown else key_path(
+            error.absolute_path
+        )
+        return f"config key {where}: unknown key (allowed: {', '.join(sorted(allowed))})"
+    return f"config key {key_path(error.absolute_path)}: {error.message}"
+
+
+def validate_schema(config: dict, required: tuple[str, ...] | None = None) -> None:
+    """Check `config` against the schema; `required` narrows the top-level keys that must
+    be present, for stages that receive only the sections they read."""
+    rules = schema()
+    if required is not None:
+        rules["required"] = list(required)
+    validator = jsonschema.Draft202012Validator(rules)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.path)))
+    if errors:
+        raise ConfigError(describe(jsonschema.exceptions.best_match(errors)))
+
+
+def check(config: dict) -> None:
+    """Cross-field rules the schema cannot express."""
+    arch = config["model"]["architecture"]
+    harness = config["harness"]
+    experts, top_k = arch["num_experts"], arch["num_experts_per_tok"]
+    if top_k > experts:
+        raise ConfigError(
+            f"config key model.architecture.num_experts_per_tok: top-k {top_k} is larger "
+            f"than num_experts {experts}"
+        )
+    if harness["capacity"] > experts:
+        raise ConfigError(
+            f"config key harness.capacity: capacity {harness['capacity']} is larger than "
+            f"num_experts {experts}"
+        )
+    if top_k > harness["capacity"]:
+        raise ConfigError(
+            f"config key harness.capacity: top-k {top_k} is larger than capacity "
+            f"{harness['capacity']}"
+        )
+    layers = arch["num_hidden_layers"]
+    for layer in harness["restricted_layers"]:
+        if layer >= layers:
+            raise ConfigError(
+                f"config key harness.restricted_layers: layer {layer} does not exist "
+                f"(the model has layers 0..{layers - 1})"
+            )
+    if arch["hidden_size"] % arch["num_attention_heads"]:
+        raise ConfigError(
+            "config key model.architecture.num_attention_heads: must divide hidden_size "
+            f"{arch['hidden_size']}"
+        )
+    heldout = config["corpus"]["heldout"]
+    if heldout["max_tokens"] > arch["max_position_embeddings"]:
+        raise ConfigError(
+            f"config key corpus.heldout.max_tokens: {heldout['max_tokens']} exceeds "
+            f"max_position_embeddings {arch['max_position_embeddings']}"
+        )
+    offsets = sorted(heldout["shards"].items(), key=lambda item: item[1])
+    for (first, start), (second, next_start) in zip(offsets, offsets[1:], strict=False):
+        if next_start < start + heldout["sequences"]:
+            raise ConfigError(
+                f"config key corpus.heldout.shards.{second}: offset {next_start} overlaps "
+                f"shard {first} ({start}..{start + heldout['sequences'] - 1})"
+            )
+    if config["corpus"]["source"] == "hub" and "hub" not in config["corpus"]:
+        raise ConfigError("config key corpus.hub: required when corpus.source is hub")
+    if embedded(config):
+        for section in ("tokenizer", "training"):
+            if section not in config:
+                raise ConfigError(f"config key {section}: required for the embedded model")
+        if config["corpus"]["source"] != "python-docs":
+            raise ConfigError(
+                "config key corpus.source: the embedded model trains on python-docs"
+            )
+        seq_len = config["training"]["seq_len"]
+        if seq_len > arch["max_position_embeddings"]:
+            raise ConfigError(
+                f"config key training.seq_len: {seq_len} exceeds max_position_embeddings "
+                f"{arch['max_position_embeddings']}"
+            )
+
+
+def embedded(config: dict) -> bool:
+    return config["model"]["source"] == "embedded"
+
+
+def validate(config: dict) -> dict:
+    validate_schema(config)
+    check(config)
+    return config
+
+
+def load(path: str | Path) -> dict:
+    """Read a YAML config file and validate it; errors name the file and the key."""
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {path}: not valid YAML ({' '.join(str(error).split())})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"config file {path}: must be a mapping of keys")
+    return validate(config)

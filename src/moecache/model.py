@@ -1,0 +1,78 @@
+"""The model under study: transformers' own OlmoeForCausalLM, embedded-tiny or pretrained.
+
+One loading path serves both: the embedded model is saved with `save_pretrained`
+(safetensors) and read back exactly like `allenai/OLMoE-1B-7B-0125` or any local
+OLMoE directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from moecache.errors import MoecacheError, first_line
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def embedded_config(arch: dict, tok, router_aux_loss_coef: float):
+    """OLMoE's architecture at the sizes of `arch` (OLMoE keeps norm_topk_prob off)."""
+    from transformers import OlmoeConfig
+
+    return OlmoeConfig(
+        vocab_size=len(tok),
+        hidden_size=arch["hidden_size"],
+        intermediate_size=arch["intermediate_size"],
+        num_hidden_layers=arch["num_hidden_layers"],
+        num_attention_heads=arch["num_attention_heads"],
+        num_key_value_heads=arch["num_attention_heads"],
+        num_experts=arch["num_experts"],
+        num_experts_per_tok=arch["num_experts_per_tok"],
+        max_position_embeddings=arch["max_position_embeddings"],
+        norm_topk_prob=False,
+        router_aux_loss_coef=router_aux_loss_coef,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+
+
+ARCH_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_experts",
+    "num_experts_per_tok",
+)
+
+
+def check_architecture(model_config, arch: dict, source) -> None:
+    """The loaded model must have the sizes the config validated against."""
+    if model_config.model_type != "olmoe":
+        raise MoecacheError(
+            f"model.source {source}: model_type is {model_config.model_type!r}, not 'olmoe'"
+        )
+    for key in ARCH_KEYS:
+        have = getattr(model_config, key)
+        if have != arch[key]:
+            raise MoecacheError(
+                f"model.architecture.{key}: config says {arch[key]}, {source} has {have}"
+            )
+
+
+def load(source: str | Path, dtype: str, device: str, arch: dict):
+    """Load an OlmoeForCausalLM from a local folder or a hub id, weights via safetensors."""
+    from transformers import AutoConfig, OlmoeForCausalLM
+
+    try:
+        model_config = AutoConfig.from_pretrained(str(source))
+    except (OSError, ValueError) as error:
+        raise MoecacheError(f"model.source {source}: cannot load ({first_line(error)})") from None
+    check_architecture(model_config, arch, source)
+    model = OlmoeForCausalLM.from_pretrained(
+        str(source), dtype=DTYPES[dtype], use_safetensors=True
+    )
+    return model.to(device).eval()

@@ -1,0 +1,78 @@
+"""What one expert copy and one token's compute cost on this machine, and whether the
+trained router has token-to-token structure (the property every cache result rests on)."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import torch
+
+from moecache.timing import Stopwatch
+
+
+def expert_copy_seconds(experts, device: str, repeats: int) -> tuple[int, float]:
+    """Median time to copy one expert's fused gate/up and down weights host -> device."""
+    device = torch.device(device)
+    pin = device.type == "cuda"
+    gate_up = experts.gate_up_proj.detach()[0].to("cpu").contiguous()
+    down = experts.down_proj.detach()[0].to("cpu").contiguous()
+    if pin:
+        gate_up, down = gate_up.pin_memory(), down.pin_memory()
+    slot_gate_up = torch.empty_like(gate_up, device=device)
+    slot_down = torch.empty_like(down, device=device)
+    watch, times = Stopwatch(device), []
+    for _ in range(repeats):
+        watch.start()
+        slot_gate_up.copy_(gate_up, non_blocking=pin)
+        slot_down.copy_(down, non_blocking=pin)
+        times.append(watch.stop())
+    nbytes = gate_up.numel() * gate_up.element_size() + down.numel() * down.element_size()
+    return nbytes, statistics.median(times[repeats // 10 :])
+
+
+@torch.inference_mode()
+def token_seconds(model, sequences: list[list[int]], device: str) -> list[float]:
+    """Per-token decode times with the KV cache, batch 1; each sequence's first token and
+    a warm-up sequence are left out."""
+    from transformers import DynamicCache
+
+    watch, times = Stopwatch(device), []
+    for n, ids in enumerate([sequences[0], *sequences]):
+        cache = DynamicCache(config=model.config)
+        x = torch.tensor([ids], device=device)
+        for t in range(x.shape[1]):
+            watch.start()
+            model(input_ids=x[:, t : t + 1], cache=cache, use_cache=True)
+            seconds = watch.stop()
+            if n > 0 and t > 0:
+                times.append(seconds)
+    return times
+
+
+@torch.inference_mode()
+def routing(model, sequences: list[list[int]], device: str, seed: int) -> dict:
+    """Held-out NLL, and the share of a token's experts the previous token also used,
+    against the same share after shuffling token order (same experts, no temporal order)."""
+    k = model.config.num_experts_per_tok
+    rng = np.random.default_rng(seed)
+    nll_sum, scored = 0.0, 0
+    reuse, shuffled = [], []
+    for ids in sequences:
+        x = torch.tensor([ids], device=device)
+        out = model(input_ids=x, labels=x, output_router_logits=True)
+        nll_sum += out.loss.item() * (len(ids) - 1)
+        scored += len(ids) - 1
+        layers = [logits.topk(k, dim=-1).indices.cpu().numpy() for logits in out.router_logits]
+        reuse.append([overlap(chosen, k) for chosen in layers])
+        shuffled.append([overlap(chosen[rng.permutation(len(chosen))], k) for chosen in layers])
+    return {
+        "heldout_nll": nll_sum / scored,
+        "reuse_per_layer": np.mean(reuse, axis=0).tolist(),
+        "reuse_shuffled_per_layer": np.mean(shuffled, axis=0).tolist(),
+    }
+
+
+def overlap(chosen: np.ndarray, k: int) -> float:
+    """Mean |S_t & S_(t-1)| / k over a sequence's tokens."""
+    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(chosen[1:], chosen[:-1])]))

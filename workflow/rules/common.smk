@@ -1,0 +1,52 @@
+# Config validation and the helpers the rules share.
+import json
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from moecache import config as configs
+
+try:
+    validate(config, "../schemas/config.schema.yaml")
+    configs.check(config)
+except WorkflowError as error:
+    sys.exit(f"config error: {configs.describe(error.args[-1])}")
+except configs.ConfigError as error:
+    sys.exit(f"config error: {error}")
+
+EMBEDDED = configs.embedded(config)
+SHARDS = list(config["corpus"]["heldout"]["shards"])
+CONDA_ENV = "../../envs/moecache.yaml"
+
+
+def settings(*sections):
+    """The config sections a stage reads, as JSON: the rule reruns when they change."""
+    keys = ("seed", "hub_offline", *sections)
+    return json.dumps({key: config[key] for key in keys}, sort_keys=True)
+
+
+def corpus_outputs():
+    parts = [f"shard-{shard}" for shard in SHARDS] + (["train"] if EMBEDDED else [])
+    return [f"results/corpus/{part}.parquet" for part in parts]
+
+
+def tokenizer_source():
+    return "results/tokenizer" if EMBEDDED else config["model"]["source"]
+
+
+def model_source():
+    return "results/model" if EMBEDDED else config["model"]["source"]
+
+
+def built(path):
+    """`path` as an input when this workflow builds it, nothing for a pretrained source."""
+    return [path] if EMBEDDED else []
+
+
+def final_outputs():
+    return [
+        *built("results/model"),
+        *expand("results/heldout/{shard}.parquet", shard=SHARDS),
+        "results/profile/model.json",
+    ]
