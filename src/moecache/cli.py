@@ -60,7 +60,8 @@ def cmd_heldout(args):
 
     settings = load_settings(args, ("corpus",))
     tok = tokenizer.load(args.tokenizer)
-    rows = corpus.sequences(tok, corpus.read(args.text), settings["corpus"]["heldout"]["max_tokens"])
+    max_tokens = settings["corpus"]["heldout"]["max_tokens"]
+    rows = corpus.sequences(tok, corpus.read(args.text), max_tokens)
     corpus.write_sequences(rows, args.out)
 
 
@@ -71,8 +72,10 @@ def cmd_train(args):
     texts = [doc["text"] for doc in corpus.read(args.train)]
     summary = train.train(settings, args.tokenizer, texts, args.out)
     last = summary["log"][-1]
-    print(f"trained {summary['parameters']:,} parameters on {summary['tokens_seen']:,} tokens; "
-          f"final lm loss {last['lm_loss']:.3f}")
+    print(
+        f"trained {summary['parameters']:,} parameters on {summary['tokens_seen']:,} tokens; "
+        f"final lm loss {last['lm_loss']:.3f}"
+    )
 
 
 def cmd_profile_model(args):
@@ -85,11 +88,14 @@ def cmd_profile_model(args):
     settings = load_settings(args, ("model", "harness"))
     harness, model_settings = settings["harness"], settings["model"]
     torch.set_num_threads(harness["threads"])
-    model = models.load(args.model, model_settings["dtype"], harness["device"],
-                        model_settings["architecture"])
+    model = models.load(
+        args.model, model_settings["dtype"], harness["device"], model_settings["architecture"]
+    )
     sequences = corpus.read_sequences(args.sequences)
     layer = model.model.layers[harness["restricted_layers"][0]]
-    nbytes, copy_s = profile.expert_copy_seconds(layer.mlp.experts, harness["device"], 200)
+    nbytes, copy_s = profile.expert_copy_seconds(
+        layer.mlp.experts, harness["device"], repeats=10 * model.config.num_experts
+    )
     token_s = profile.token_seconds(model, sequences, harness["device"])
     report = {
         "device": harness["device"],
@@ -139,8 +145,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--train", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
 
-    p = with_settings(command("profile-model", cmd_profile_model,
-                              "time one expert copy and one token, measure routing reuse"))
+    p = with_settings(
+        command(
+            "profile-model",
+            cmd_profile_model,
+            "time one expert copy and one token, measure routing reuse",
+        )
+    )
     p.add_argument("--model", required=True)
     p.add_argument("--sequences", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)

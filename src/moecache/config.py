@@ -34,8 +34,10 @@ def describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "additionalProperties":
         allowed = set(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - allowed)
-        where = key_path([*error.absolute_path, unknown[0]]) if unknown else key_path(
-            error.absolute_path
+        where = (
+            key_path([*error.absolute_path, unknown[0]])
+            if unknown
+            else key_path(error.absolute_path)
         )
         return f"config key {where}: unknown key (allowed: {', '.join(sorted(allowed))})"
     return f"config key {key_path(error.absolute_path)}: {error.message}"
@@ -105,9 +107,7 @@ def check(config: dict) -> None:
             if section not in config:
                 raise ConfigError(f"config key {section}: required for the embedded model")
         if config["corpus"]["source"] != "python-docs":
-            raise ConfigError(
-                "config key corpus.source: the embedded model trains on python-docs"
-            )
+            raise ConfigError("config key corpus.source: the embedded model trains on python-docs")
         seq_len = config["training"]["seq_len"]
         if seq_len > arch["max_position_embeddings"]:
             raise ConfigError(
@@ -134,7 +134,8 @@ def load(path: str | Path) -> dict:
     except FileNotFoundError:
         raise ConfigError(f"config file {path}: not found") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"config file {path}: not valid YAML ({' '.join(str(error).split())})") from None
+        reason = " ".join(str(error).split())
+        raise ConfigError(f"config file {path}: not valid YAML ({reason})") from None
     if not isinstance(config, dict):
         raise ConfigError(f"config file {path}: must be a mapping of keys")
     return validate(config)

@@ -41,8 +41,10 @@ def python_docs() -> Iterator[dict]:
                 text = ast.get_docstring(node)
                 if text:
                     name = getattr(node, "name", "")
-                    yield {"id": f"doc:{rel.as_posix()}:{name}:{node.lineno if name else 0}",
-                           "text": text}
+                    yield {
+                        "id": f"doc:{rel.as_posix()}:{name}:{node.lineno if name else 0}",
+                        "text": text,
+                    }
 
 
 def hub_docs(hub: dict, min_chars: int, needed: int) -> list[dict]:
@@ -51,7 +53,10 @@ def hub_docs(hub: dict, min_chars: int, needed: int) -> list[dict]:
 
     try:
         stream = datasets.load_dataset(
-            hub["path"], hub.get("name"), split=hub["split"], streaming=True,
+            hub["path"],
+            hub.get("name"),
+            split=hub["split"],
+            streaming=True,
             data_files=hub.get("data_files"),
         )
     except Exception as error:  # datasets raises many types; the message is what helps

@@ -72,7 +72,5 @@ def load(source: str | Path, dtype: str, device: str, arch: dict):
     except (OSError, ValueError) as error:
         raise MoecacheError(f"model.source {source}: cannot load ({first_line(error)})") from None
     check_architecture(model_config, arch, source)
-    model = OlmoeForCausalLM.from_pretrained(
-        str(source), dtype=DTYPES[dtype], use_safetensors=True
-    )
+    model = OlmoeForCausalLM.from_pretrained(str(source), dtype=DTYPES[dtype], use_safetensors=True)
     return model.to(device).eval()

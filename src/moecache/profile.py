@@ -12,22 +12,24 @@ from moecache.timing import Stopwatch
 
 
 def expert_copy_seconds(experts, device: str, repeats: int) -> tuple[int, float]:
-    """Median time to copy one expert's fused gate/up and down weights host -> device."""
+    """Median time to copy one expert's fused gate/up and down weights host -> device,
+    cycling through all of the layer's experts so the source is not cache-hot."""
     device = torch.device(device)
     pin = device.type == "cuda"
-    gate_up = experts.gate_up_proj.detach()[0].to("cpu").contiguous()
-    down = experts.down_proj.detach()[0].to("cpu").contiguous()
+    gate_up = experts.gate_up_proj.detach().to("cpu").contiguous()
+    down = experts.down_proj.detach().to("cpu").contiguous()
     if pin:
         gate_up, down = gate_up.pin_memory(), down.pin_memory()
-    slot_gate_up = torch.empty_like(gate_up, device=device)
-    slot_down = torch.empty_like(down, device=device)
+    slot_gate_up = torch.empty_like(gate_up[0], device=device)
+    slot_down = torch.empty_like(down[0], device=device)
     watch, times = Stopwatch(device), []
-    for _ in range(repeats):
+    for i in range(repeats):
+        e = i % len(gate_up)
         watch.start()
-        slot_gate_up.copy_(gate_up, non_blocking=pin)
-        slot_down.copy_(down, non_blocking=pin)
+        slot_gate_up.copy_(gate_up[e], non_blocking=pin)
+        slot_down.copy_(down[e], non_blocking=pin)
         times.append(watch.stop())
-    nbytes = gate_up.numel() * gate_up.element_size() + down.numel() * down.element_size()
+    nbytes = (gate_up[0].numel() + down[0].numel()) * gate_up.element_size()
     return nbytes, statistics.median(times[repeats // 10 :])
 
 
@@ -75,4 +77,5 @@ def routing(model, sequences: list[list[int]], device: str, seed: int) -> dict:
 
 def overlap(chosen: np.ndarray, k: int) -> float:
     """Mean |S_t & S_(t-1)| / k over a sequence's tokens."""
-    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(chosen[1:], chosen[:-1])]))
+    pairs = zip(chosen[1:], chosen[:-1], strict=True)
+    return float(np.mean([len(set(now) & set(before)) / k for now, before in pairs]))

@@ -38,7 +38,9 @@ def train(settings: dict, tokenizer_dir: str | Path, texts: list[str], out_dir: 
     config = models.embedded_config(arch, tok, training["router_aux_loss_coef"])
     model = OlmoeForCausalLM(config).train()
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=training["lr"], betas=(0.9, 0.95),
+        model.parameters(),
+        lr=training["lr"],
+        betas=(0.9, 0.95),
         weight_decay=training["weight_decay"],
     )
     schedule = get_cosine_schedule_with_warmup(

@@ -2,6 +2,8 @@
 import json
 import sys
 
+import jsonschema
+
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -11,7 +13,11 @@ try:
     validate(config, "../schemas/config.schema.yaml")
     configs.check(config)
 except WorkflowError as error:
-    sys.exit(f"config error: {configs.describe(error.args[-1])}")
+    # validate() wraps the schema violation; describe that in one line.
+    cause = error.__context__
+    if not isinstance(cause, jsonschema.ValidationError):
+        raise
+    sys.exit(f"config error: {configs.describe(cause)}")
 except configs.ConfigError as error:
     sys.exit(f"config error: {error}")
 
@@ -31,12 +37,12 @@ def corpus_outputs():
     return [f"results/corpus/{part}.parquet" for part in parts]
 
 
-def tokenizer_source():
-    return "results/tokenizer" if EMBEDDED else config["model"]["source"]
-
-
-def model_source():
-    return "results/model" if EMBEDDED else config["model"]["source"]
+def built_or_pretrained(name):
+    """A param naming the model or tokenizer: the input `name` this workflow built, or the
+    pretrained source (a hub id or local folder) the config names."""
+    return lambda wildcards, input: (
+        str(input[name]) if EMBEDDED else config["model"]["source"]
+    )
 
 
 def built(path):

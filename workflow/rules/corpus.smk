@@ -4,14 +4,14 @@
 rule corpus:
     output:
         corpus_outputs(),
-    params:
-        settings=settings("corpus"),
     log:
         "logs/corpus.log",
     benchmark:
         "benchmarks/corpus.tsv"
     conda:
         CONDA_ENV
+    params:
+        settings=settings("corpus"),
     shell:
         "moecache corpus --settings {params.settings:q} --out-dir results/corpus > {log} 2>&1"
 
@@ -22,15 +22,15 @@ rule heldout:
         tokenizer=built("results/tokenizer"),
     output:
         "results/heldout/{shard}.parquet",
-    params:
-        settings=settings("corpus"),
-        tokenizer=tokenizer_source(),
     log:
         "logs/heldout/{shard}.log",
     benchmark:
         "benchmarks/heldout/{shard}.tsv"
     conda:
         CONDA_ENV
+    params:
+        settings=settings("corpus"),
+        tokenizer=built_or_pretrained("tokenizer"),
     shell:
         "moecache heldout --settings {params.settings:q} --tokenizer {params.tokenizer:q}"
         " --text {input.text} --out {output} > {log} 2>&1"

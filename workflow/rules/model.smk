@@ -6,14 +6,14 @@ rule tokenizer:
         "results/corpus/train.parquet",
     output:
         directory("results/tokenizer"),
-    params:
-        settings=settings("tokenizer"),
     log:
         "logs/tokenizer.log",
     benchmark:
         "benchmarks/tokenizer.tsv"
     conda:
         CONDA_ENV
+    params:
+        settings=settings("tokenizer"),
     shell:
         "moecache tokenizer --settings {params.settings:q} --train {input} --out {output}"
         " > {log} 2>&1"
@@ -25,15 +25,15 @@ rule train:
         tokenizer="results/tokenizer",
     output:
         directory("results/model"),
-    params:
-        settings=settings("model", "training"),
-    threads: config.get("training", {}).get("threads", 1)
     log:
         "logs/train.log",
     benchmark:
         "benchmarks/train.tsv"
     conda:
         CONDA_ENV
+    threads: config.get("training", {}).get("threads", 1)
+    params:
+        settings=settings("model", "training"),
     shell:
         "moecache train --settings {params.settings:q} --tokenizer {input.tokenizer}"
         " --train {input.train} --out {output} > {log} 2>&1"
@@ -45,18 +45,18 @@ rule profile_model:
         sequences=f"results/heldout/{SHARDS[0]}.parquet",
     output:
         "results/profile/model.json",
-    params:
-        settings=settings("model", "harness"),
-        model=model_source(),
-    threads: config["harness"]["threads"]
-    resources:
-        gpu=1,
     log:
         "logs/profile_model.log",
     benchmark:
         "benchmarks/profile_model.tsv"
     conda:
         CONDA_ENV
+    threads: config["harness"]["threads"]
+    resources:
+        gpu=1,
+    params:
+        settings=settings("model", "harness"),
+        model=built_or_pretrained("model"),
     shell:
         "moecache profile-model --settings {params.settings:q} --model {params.model:q}"
         " --sequences {input.sequences} --out {output} > {log} 2>&1"

@@ -1,0 +1,58 @@
+"""Shared fixtures: the repo's paths, small configs, and one smoke run of the pipeline."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+# No test may reach a hub; set before any test module imports the Hugging Face libraries.
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ[_name] = "1"
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SMOKE = REPO / "config" / "smoke.yaml"
+
+
+def load_yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture
+def smoke_config() -> dict:
+    return copy.deepcopy(load_yaml(SMOKE))
+
+
+def env() -> dict:
+    """The environment a user's shell would have after `make venv`: the venv on PATH."""
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+
+
+def snakemake(workdir: Path, *args: str, configfile: Path = SMOKE, check=True):
+    # Targets and multi-value options first: --configfile would swallow a target after it.
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    cmd += [*args, "--configfile", str(configfile)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env())
+    if check and result.returncode:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def moecache(*args: str, check=False):
+    return subprocess.run(
+        [str(BIN / "moecache"), *args], capture_output=True, text=True, env=env(), check=check
+    )
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> Path:
+    """The smoke config through Snakemake, once per test session."""
+    workdir = tmp_path_factory.mktemp("smoke")
+    snakemake(workdir, "all", "--cores", "1", "--resources", "gpu=1")
+    return workdir

@@ -1,0 +1,89 @@
+"""Every shipped config validates; every kind of bad config stops with one line naming the key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from conftest import REPO, load_yaml, moecache, snakemake
+
+from moecache import config as configs
+
+
+def mutate(config: dict, dotted: str, value) -> dict:
+    *parents, last = dotted.split(".")
+    node = config
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return config
+
+
+# (key to change, value, text the one-line error must contain)
+BAD = [
+    ("cache_size", 8, "cache_size"),
+    ("harness.slots", 8, "harness.slots"),
+    ("harness.capacity", "8", "harness.capacity"),
+    ("corpus.heldout.sequences", 0, "corpus.heldout.sequences"),
+    ("model.dtype", "float8", "model.dtype"),
+    ("harness.device", "tpu", "harness.device"),
+    ("harness.capacity", 17, "harness.capacity"),
+    ("harness.capacity", 3, "harness.capacity"),
+    ("harness.restricted_layers", [1, 3], "harness.restricted_layers"),
+    ("model.architecture.num_experts_per_tok", 20, "model.architecture.num_experts_per_tok"),
+    ("corpus.heldout.shards", {"a": 0, "b": 2}, "corpus.heldout.shards.b"),
+    ("corpus.heldout.max_tokens", 65, "corpus.heldout.max_tokens"),
+]
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "olmoe.yaml", "smoke.yaml"])
+def test_shipped_configs_are_valid(name):
+    configs.load(REPO / "config" / name)
+
+
+@pytest.mark.parametrize(("key", "value", "named"), BAD)
+def test_bad_config_names_the_key(smoke_config, key, value, named):
+    with pytest.raises(configs.ConfigError) as caught:
+        configs.validate(mutate(smoke_config, key, value))
+    message = str(caught.value)
+    assert named in message and "\n" not in message
+
+
+def test_paper_capacity_above_experts_is_refused():
+    config = configs.load(REPO / "config" / "olmoe.yaml")
+    with pytest.raises(configs.ConfigError, match="harness.capacity: capacity 65 is larger"):
+        configs.validate(mutate(config, "harness.capacity", 65))
+
+
+@pytest.mark.parametrize(("key", "value", "named"), BAD)
+def test_snakemake_stops_before_any_job(tmp_path, smoke_config, key, value, named):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(mutate(smoke_config, key, value)))
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", configfile=bad, check=False)
+    output = (result.stdout + result.stderr).strip().splitlines()
+    assert result.returncode != 0
+    assert len(output) == 1 and output[0].startswith("config error: ") and named in output[0]
+    assert not (tmp_path / "results").exists()
+
+
+def test_cli_validate_config(tmp_path, smoke_config):
+    good = moecache("validate-config", str(REPO / "config" / "smoke.yaml"))
+    assert good.returncode == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(mutate(smoke_config, "harness.capacity", 17)))
+    result = moecache("validate-config", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "moecache: error: config key harness.capacity: capacity 17 is larger than num_experts 16"
+    ]
+
+
+def test_stage_settings_are_checked_against_the_schema():
+    result = moecache(
+        "corpus", "--settings", '{"seed": 0, "hub_offline": true}', "--out-dir", "unused"
+    )
+    assert result.returncode == 2
+    assert "'corpus' is a required property" in result.stderr
+
+
+def test_schema_file_is_the_one_the_package_reads():
+    assert configs.schema() == load_yaml(REPO / "workflow" / "schemas" / "config.schema.yaml")

@@ -1,0 +1,66 @@
+"""The smoke config through Snakemake: every stage's output exists and holds what it should."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+from conftest import SMOKE, load_yaml, snakemake
+
+from moecache import model as models
+from moecache import tokenizer
+
+
+def test_dry_run_lists_the_dag(tmp_path):
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1")
+    for rule in ("corpus", "tokenizer", "heldout", "train", "profile_model", "all"):
+        assert f"rule {rule}:" in result.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_heldout_shards(smoke_run):
+    heldout = load_yaml(SMOKE)["corpus"]["heldout"]
+    shards = {
+        name: pd.read_parquet(smoke_run / f"results/heldout/{name}.parquet")
+        for name in heldout["shards"]
+    }
+    for frame in shards.values():
+        assert len(frame) == heldout["sequences"]
+        assert frame["tokens"].between(2, heldout["max_tokens"]).all()
+        assert (frame["tokens"] == frame["input_ids"].map(len)).all()
+    a, b = shards.values()
+    assert not set(a["id"]) & set(b["id"])
+    train = pd.read_parquet(smoke_run / "results/corpus/train.parquet")
+    assert not set(train["id"]) & (set(a["id"]) | set(b["id"]))
+
+
+def test_trained_model_and_tokenizer_load(smoke_run):
+    config = load_yaml(SMOKE)
+    tok = tokenizer.load(smoke_run / "results/tokenizer")
+    assert len(tok) == config["tokenizer"]["vocab_size"]
+    model = models.load(
+        smoke_run / "results/model", "float32", "cpu", config["model"]["architecture"]
+    )
+    assert model.config.num_experts == config["model"]["architecture"]["num_experts"]
+    log = json.loads((smoke_run / "results/model/training.json").read_text())["log"]
+    assert len(log) == config["training"]["steps"]
+    assert log[-1]["lm_loss"] < log[0]["lm_loss"]
+
+
+def test_profile_measures_copy_and_token(smoke_run):
+    profile = json.loads((smoke_run / "results/profile/model.json").read_text())
+    arch = load_yaml(SMOKE)["model"]["architecture"]
+    assert profile["expert_bytes"] == 3 * arch["hidden_size"] * arch["intermediate_size"] * 4
+    assert profile["expert_copy_ms"] > 0 and profile["token_compute_ms"] > 0
+    assert len(profile["reuse_per_layer"]) == arch["num_hidden_layers"]
+
+
+def test_every_job_logged_and_benchmarked(smoke_run):
+    for name in ("corpus", "tokenizer", "train", "profile_model"):
+        assert (smoke_run / f"logs/{name}.log").exists()
+        assert (smoke_run / f"benchmarks/{name}.tsv").exists()
+
+
+def test_second_run_has_nothing_to_do(smoke_run):
+    result = snakemake(smoke_run, "-n", "all", "--cores", "1")
+    assert "Nothing to be done" in result.stdout + result.stderr
