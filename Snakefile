@@ -6,12 +6,17 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The embedded default, unless --configfile names another: Snakemake would otherwise merge
+# the two, and a study's runs would mix with the default's.
+if not config:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/model.smk"
+include: "workflow/rules/harness.smk"
 
 
 rule all:

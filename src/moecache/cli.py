@@ -110,6 +110,60 @@ def cmd_profile_model(args):
     print(json.dumps({k: v for k, v in report.items() if not k.endswith("per_layer")}))
 
 
+def cmd_gates(args):
+    from moecache import harness
+
+    settings = load_settings(args, ("model", "harness"))
+    report = harness.run_gates(settings, args.model, args.sequences, args.out)
+    print(
+        f"gates passed: base NLL {report['base']['nll']:.6f}, batched "
+        f"{report['batched_nll']:.6f}; pool/own-block throughput "
+        f"{report['throughput_ratio_pool_vs_own_block']:.3f}"
+    )
+
+
+def cmd_decode(args):
+    from moecache import harness
+
+    settings = load_settings(args, ("model", "harness"))
+    report = harness.run_decode(
+        settings,
+        args.model,
+        args.sequences,
+        args.run,
+        args.multiplier,
+        args.gates,
+        args.out,
+        args.trace_out,
+        args.trace_in,
+    )
+    t = report["totals"]
+    print(
+        f"{args.run} x{args.multiplier}: NLL {t['nll']:.4f} (delta {t['delta_nll']:+.4f}), "
+        f"{t['tokens_per_second']:.1f} tok/s, rho {t['rho']:.2f}"
+    )
+
+
+def cmd_probe_layers(args):
+    from moecache import harness
+
+    settings = load_settings(args, ("model", "harness"))
+    report = harness.run_probe(settings, args.model, args.sequences, args.gates, args.out)
+    for row in report["layers"]:
+        print(f"layer {row['layer']}: delta NLL {row['delta_nll']:+.4f}")
+
+
+def cmd_bandwidth(args):
+    from moecache import harness
+
+    settings = load_settings(args, ("model", "harness"))
+    r = harness.run_bandwidth(settings, args.model, args.out)
+    print(
+        f"tau {r['tau_ms']:.4f} ms per expert, loop {r['loop_gib_per_s']:.1f} GiB/s, "
+        f"one large copy {r['large_gib_per_s']:.1f} GiB/s"
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="moecache", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True)
@@ -154,6 +208,34 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", required=True)
     p.add_argument("--sequences", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p = with_settings(command("gates", cmd_gates, "exactness gates on one shard"))
+    p.add_argument("--model", required=True)
+    p.add_argument("--sequences", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+
+    p = with_settings(command("decode", cmd_decode, "decode one shard under one run's policy"))
+    p.add_argument("--model", required=True)
+    p.add_argument("--sequences", required=True, type=Path)
+    p.add_argument("--run", required=True, help="a run name of harness.runs")
+    p.add_argument("--multiplier", type=int, default=1, help="repeat every copy m times")
+    p.add_argument("--gates", required=True, type=Path, help="the shard's gates file")
+    p.add_argument("--trace-in", type=Path, help="recorded demand, for farthest-future")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--trace-out", required=True, type=Path)
+
+    p = with_settings(
+        command(
+            "probe-layers", cmd_probe_layers, "restrict one layer at a time; delta NLL per layer"
+        )
+    )
+    p.add_argument("--model", required=True)
+    p.add_argument("--sequences", required=True, type=Path)
+    p.add_argument("--gates", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+
+    p = with_settings(command("bandwidth", cmd_bandwidth, "copy time and bandwidth per expert"))
+    p.add_argument("--model", required=True)
     p.add_argument("--out", required=True, type=Path)
     return top
 

@@ -87,6 +87,7 @@ def check(config: dict) -> None:
             "config key model.architecture.num_attention_heads: must divide hidden_size "
             f"{arch['hidden_size']}"
         )
+    check_runs(config)
     heldout = config["corpus"]["heldout"]
     if heldout["max_tokens"] > arch["max_position_embeddings"]:
         raise ConfigError(
@@ -114,6 +115,39 @@ def check(config: dict) -> None:
                 f"config key training.seq_len: {seq_len} exceeds max_position_embeddings "
                 f"{arch['max_position_embeddings']}"
             )
+
+
+def check_runs(config: dict) -> None:
+    """Every decode run names a known policy with valid parameters and real shards."""
+    from moecache import policies
+
+    arch, harness = config["model"]["architecture"], config["harness"]
+    shards = config["corpus"]["heldout"]["shards"]
+    for name, run in harness["runs"].items():
+        where = f"config key harness.runs.{name}"
+        capacity = run.get("capacity", harness["capacity"])
+        try:
+            policy = policies.make(
+                run["policy"],
+                capacity,
+                arch["num_experts"],
+                arch["num_experts_per_tok"],
+                run.get("params", {}),
+            )
+        except MoecacheError as error:
+            raise ConfigError(f"{where}: {error}") from None
+        for shard in run.get("shards", []):
+            if shard not in shards:
+                raise ConfigError(f"{where}.shards: no held-out shard {shard!r}")
+        if policy.needs_future:
+            source = harness["runs"].get(harness["trace_run"])
+            if source is None or policies.POLICIES[source["policy"]].restricts:
+                raise ConfigError(
+                    f"config key harness.trace_run: {harness['trace_run']!r} must be a lossless "
+                    f"run, for {name} to read its trace"
+                )
+            if not set(run.get("shards", shards)) <= set(source.get("shards", shards)):
+                raise ConfigError(f"{where}.shards: {harness['trace_run']} has no trace there")
 
 
 def embedded(config: dict) -> bool:

@@ -8,6 +8,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from moecache import config as configs
+from moecache.policies import POLICIES
 
 try:
     validate(config, "../schemas/config.schema.yaml")
@@ -50,9 +51,37 @@ def built(path):
     return [path] if EMBEDDED else []
 
 
+RUNS = config["harness"]["runs"]
+DEVICE_TAG = config["harness"]["device"].replace(":", "")
+
+
+def decode_outputs():
+    """One results file per run x shard at 1x, and per run x multiplier on the first shard
+    (slower copies rank the policies on the main shard, as in the paper)."""
+    outputs = []
+    for name, run in RUNS.items():
+        for shard in run.get("shards", SHARDS):
+            for m in run.get("multipliers", [1]):
+                if m == 1 or shard == SHARDS[0]:
+                    outputs.append(f"results/runs/{shard}/{name}-x{m}.json")
+    return outputs
+
+
+def trace_input(wildcards):
+    """The recorded demand a farthest-future run reads: the trace run at 1x, same shard."""
+    if not POLICIES[RUNS[wildcards.run]["policy"]].needs_future:
+        return []
+    return (
+        f"results/traces/{wildcards.shard}/{config['harness']['trace_run']}-x1.parquet"
+    )
+
+
 def final_outputs():
     return [
         *built("results/model"),
         *expand("results/heldout/{shard}.parquet", shard=SHARDS),
         "results/profile/model.json",
+        f"results/bandwidth/{DEVICE_TAG}.json",
+        f"results/probe/{SHARDS[0]}.json",
+        *decode_outputs(),
     ]

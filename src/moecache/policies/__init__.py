@@ -1,0 +1,54 @@
+"""Cache policies: one small module each, all behind moecache.policies.base.Policy.
+
+Add a policy by writing a module with a Policy subclass and naming it in POLICIES.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from moecache.errors import MoecacheError
+from moecache.policies.all_resident import AllResident
+from moecache.policies.base import EvictionPolicy, Plan, Policy, ScheduledPolicy
+from moecache.policies.decayed_frequency import DecayedFrequency
+from moecache.policies.dwell import Dwell, Static
+from moecache.policies.farthest_future import FarthestFuture
+from moecache.policies.lru import LRU
+from moecache.policies.mean_interval import MeanInterval
+from moecache.policies.router_logit import RouterLogit
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (
+        AllResident,
+        LRU,
+        DecayedFrequency,
+        MeanInterval,
+        RouterLogit,
+        FarthestFuture,
+        Dwell,
+        Static,
+    )
+}
+
+__all__ = ["POLICIES", "EvictionPolicy", "Plan", "Policy", "ScheduledPolicy", "make"]
+
+
+def make(name: str, capacity: int, num_experts: int, top_k: int, params: dict) -> Policy:
+    """Build policy `name` with keyword `params`; unknown names or parameters are one line."""
+    if name not in POLICIES:
+        raise MoecacheError(f"unknown policy {name!r} (known: {', '.join(sorted(POLICIES))})")
+    cls = POLICIES[name]
+    allowed = set(inspect.signature(cls.__init__).parameters) - {
+        "self",
+        "capacity",
+        "num_experts",
+        "top_k",
+    }
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise MoecacheError(
+            f"policy {name}: unknown parameter {unknown[0]!r} (allowed: "
+            f"{', '.join(sorted(allowed)) or 'none'})"
+        )
+    return cls(capacity, num_experts, top_k, **params)

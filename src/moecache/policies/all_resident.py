@@ -1,0 +1,18 @@
+"""Every expert resident (C = N): the pool is filled once per sequence, nothing is evicted."""
+
+from moecache.errors import MoecacheError
+from moecache.policies.base import EvictionPolicy, Plan
+
+
+class AllResident(EvictionPolicy):
+    name = "all"
+
+    def __init__(self, capacity, num_experts, top_k):
+        super().__init__(capacity, num_experts, top_k)
+        if capacity != num_experts:
+            raise MoecacheError(
+                f"policy all: capacity {capacity} must equal the expert count {num_experts}"
+            )
+
+    def plan(self, t, request, probs, resident):
+        return Plan(admit=[e for e in range(self.num_experts) if e not in resident])
