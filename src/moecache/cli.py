@@ -179,6 +179,13 @@ def parser() -> argparse.ArgumentParser:
         group.add_argument("--settings", help="JSON with the sections this stage reads")
         return p
 
+    def on_model(p, *flags):
+        """The model and held-out sequences a harness stage reads, plus its own flags."""
+        p.add_argument("--model", required=True, help="a model folder or hub id")
+        for flag in flags:
+            p.add_argument(flag, required=True, type=Path)
+        return p
+
     p = command("validate-config", cmd_validate_config, "check a config file against the schema")
     p.add_argument("file")
 
@@ -206,17 +213,12 @@ def parser() -> argparse.ArgumentParser:
             "time one expert copy and one token, measure routing reuse",
         )
     )
-    p.add_argument("--model", required=True)
-    p.add_argument("--sequences", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
+    on_model(p, "--sequences", "--out")
     p = with_settings(command("gates", cmd_gates, "exactness gates on one shard"))
-    p.add_argument("--model", required=True)
-    p.add_argument("--sequences", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
+    on_model(p, "--sequences", "--out")
 
     p = with_settings(command("decode", cmd_decode, "decode one shard under one run's policy"))
-    p.add_argument("--model", required=True)
-    p.add_argument("--sequences", required=True, type=Path)
+    on_model(p, "--sequences")
     p.add_argument("--run", required=True, help="a run name of harness.runs")
     p.add_argument("--multiplier", type=int, default=1, help="repeat every copy m times")
     p.add_argument("--gates", required=True, type=Path, help="the shard's gates file")
@@ -229,14 +231,10 @@ def parser() -> argparse.ArgumentParser:
             "probe-layers", cmd_probe_layers, "restrict one layer at a time; delta NLL per layer"
         )
     )
-    p.add_argument("--model", required=True)
-    p.add_argument("--sequences", required=True, type=Path)
-    p.add_argument("--gates", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
+    on_model(p, "--sequences", "--gates", "--out")
 
     p = with_settings(command("bandwidth", cmd_bandwidth, "copy time and bandwidth per expert"))
-    p.add_argument("--model", required=True)
-    p.add_argument("--out", required=True, type=Path)
+    on_model(p, "--out")
     return top
 
 
