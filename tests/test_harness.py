@@ -194,5 +194,7 @@ def test_bad_policy_parameters_in_config(smoke_config):
             configs.validate(smoke_config)
     runs.pop("bad")
     smoke_config["harness"]["trace_run"] = "dwell-4"
-    with pytest.raises(configs.ConfigError, match="harness.trace_run: 'dwell-4' must be lossless"):
+    with pytest.raises(
+        configs.ConfigError, match="harness.trace_run: 'dwell-4' must be a lossless run"
+    ):
         configs.validate(smoke_config)

@@ -80,15 +80,15 @@ def run_decode(
     if multiplier < 1:
         raise MoecacheError(f"--multiplier: {multiplier} must be at least 1")
     spec = harness["runs"][run_name]
-    model, sequences = load(settings, model_source, sequences_path)
     arch = settings["model"]["architecture"]
     capacity = spec.get("capacity", harness["capacity"])
     make = decode.policy_factory(spec, capacity, arch["num_experts"], arch["num_experts_per_tok"])
     futures = None
-    if make().needs_future:
+    if make().needs_future:  # checked before the model loads: bad input fails fast
         if trace_in is None:
             raise MoecacheError(f"run {run_name}: policy {spec['policy']} needs --trace-in")
         futures = read_futures(trace_in, harness["restricted_layers"])
+    model, sequences = load(settings, model_source, sequences_path)
     base = json.loads(Path(gates_path).read_text())
     with decode.pooled(
         model, harness["restricted_layers"], capacity, harness["device"], multiplier, make
