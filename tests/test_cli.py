@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from conftest import SMOKE, load_yaml, moecache
@@ -73,3 +74,16 @@ def test_atomic_file_leaves_nothing_on_failure(tmp_path):
     with atomic_file(target) as tmp:
         tmp.write_text("whole")
     assert target.read_text() == "whole" and list(tmp_path.iterdir()) == [target]
+
+
+def test_offline_settings_set_the_hub_libraries_offline(monkeypatch):
+    import argparse
+
+    from moecache import cli
+
+    names = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    args = argparse.Namespace(config=None, settings=settings("corpus"))
+    cli.load_settings(args, ("corpus",))
+    assert all(os.environ[name] == "1" for name in names)
