@@ -34,14 +34,20 @@ def pooled(model, layers, capacity, device, multiplier, make_policy):
             model.model.layers[layer].mlp = mlp
 
 
+def next_token_nll_sum(logits: torch.Tensor, x: torch.Tensor) -> float:
+    """Summed next-token NLL of one sequence `x` [1, T] from its logits [1, T, V]."""
+    return torch.nn.functional.cross_entropy(
+        logits[0, :-1].float(), x[0, 1:], reduction="sum"
+    ).item()
+
+
 @torch.inference_mode()
 def batched_nll(model, sequences, device) -> float:
     """The independent check: each whole sequence in one forward pass."""
     total, scored = 0.0, 0
     for ids in sequences:
         x = torch.tensor([ids], device=device)
-        logits = model(input_ids=x).logits[0, :-1].float()
-        total += torch.nn.functional.cross_entropy(logits, x[0, 1:], reduction="sum").item()
+        total += next_token_nll_sum(model(input_ids=x).logits, x)
         scored += len(ids) - 1
     return total / scored
 

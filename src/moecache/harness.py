@@ -184,7 +184,7 @@ def run_bandwidth(settings, model_source, out, repeats: int = 5) -> dict:
     device = harness["device"]
     n = experts.gate_up_proj.shape[0]
     pool = ExpertPool(experts, n, device)
-    nbytes = (pool.host_gate_up.numel() + pool.host_down.numel()) * pool.host_down.element_size()
+    nbytes = n * pool.expert_bytes
     flat_host = torch.empty(nbytes, dtype=torch.uint8)
     if pool.non_blocking:
         flat_host = flat_host.pin_memory()
@@ -204,7 +204,7 @@ def run_bandwidth(settings, model_source, out, repeats: int = 5) -> dict:
     gib = nbytes / 2**30
     report = {
         "experts": n,
-        "expert_bytes": nbytes // n,
+        "expert_bytes": pool.expert_bytes,
         "bytes": nbytes,
         "tau_ms": 1e3 * loop_s / n,
         "loop_gib_per_s": gib / loop_s,

@@ -32,13 +32,11 @@ class ExpertPool:
         self.down = torch.empty(
             (capacity, *self.host_down.shape[1:]), dtype=self.host_down.dtype, device=device
         )
-        self.capacity, self.device, self.multiplier, self.non_blocking = (
-            capacity,
-            device,
-            multiplier,
-            pin,
-        )
+        self.capacity, self.multiplier, self.non_blocking = capacity, multiplier, pin
         self.num_experts = self.host_gate_up.shape[0]
+        self.expert_bytes = (
+            self.host_gate_up[0].numel() + self.host_down[0].numel()
+        ) * self.host_down.element_size()
         self.watch = Stopwatch(device)
         self.reset()
 

@@ -8,29 +8,23 @@ import statistics
 import numpy as np
 import torch
 
+from moecache.decode import next_token_nll_sum
+from moecache.policies import Plan
+from moecache.pool import ExpertPool
 from moecache.timing import Stopwatch
 
 
 def expert_copy_seconds(experts, device: str, repeats: int) -> tuple[int, float]:
-    """Median time to copy one expert's fused gate/up and down weights host -> device,
+    """Median time to copy one expert into a pool slot, through the harness's own copy path,
     cycling through all of the layer's experts so the source is not cache-hot."""
-    device = torch.device(device)
-    pin = device.type == "cuda"
-    gate_up = experts.gate_up_proj.detach().to("cpu").contiguous()
-    down = experts.down_proj.detach().to("cpu").contiguous()
-    if pin:
-        gate_up, down = gate_up.pin_memory(), down.pin_memory()
-    slot_gate_up = torch.empty_like(gate_up[0], device=device)
-    slot_down = torch.empty_like(down[0], device=device)
-    watch, times = Stopwatch(device), []
+    pool = ExpertPool(experts, 1, device)
+    times = []
     for i in range(repeats):
-        e = i % len(gate_up)
-        watch.start()
-        slot_gate_up.copy_(gate_up[e], non_blocking=pin)
-        slot_down.copy_(down[e], non_blocking=pin)
-        times.append(watch.stop())
-    nbytes = (gate_up[0].numel() + down[0].numel()) * gate_up.element_size()
-    return nbytes, statistics.median(times[repeats // 10 :])
+        pool.reset()
+        pool.clear_counts()
+        pool.apply(Plan(admit=[i % pool.num_experts]))
+        times.append(pool.copy_seconds)
+    return pool.expert_bytes, statistics.median(times[repeats // 10 :])
 
 
 @torch.inference_mode()
@@ -64,8 +58,7 @@ def routing(model, sequences: list[list[int]], device: str, seed: int) -> dict:
         x = torch.tensor([ids], device=device)
         out = model(input_ids=x, output_router_logits=True)
         # From the logits: the model's own loss would add the load-balancing term.
-        logits = out.logits[0, :-1].float()
-        nll_sum += torch.nn.functional.cross_entropy(logits, x[0, 1:], reduction="sum").item()
+        nll_sum += next_token_nll_sum(out.logits, x)
         scored += len(ids) - 1
         layers = [logits.topk(k, dim=-1).indices.cpu().numpy() for logits in out.router_logits]
         reuse.append([overlap(chosen, k) for chosen in layers])
