@@ -79,34 +79,10 @@ def cmd_train(args):
 
 
 def cmd_profile_model(args):
-    import torch
-
-    from moecache import corpus, profile
-    from moecache import model as models
-    from moecache.atomic import write_text
+    from moecache import harness
 
     settings = load_settings(args, ("model", "harness"))
-    harness, model_settings = settings["harness"], settings["model"]
-    torch.set_num_threads(harness["threads"])
-    model = models.load(
-        args.model, model_settings["dtype"], harness["device"], model_settings["architecture"]
-    )
-    sequences = corpus.read_sequences(args.sequences)
-    layer = model.model.layers[harness["restricted_layers"][0]]
-    nbytes, copy_s = profile.expert_copy_seconds(
-        layer.mlp.experts, harness["device"], repeats=10 * model.config.num_experts
-    )
-    token_s = profile.token_seconds(model, sequences, harness["device"])
-    report = {
-        "device": harness["device"],
-        "expert_bytes": nbytes,
-        "expert_copy_ms": copy_s * 1e3,
-        "token_compute_ms": 1e3 * sum(token_s) / len(token_s),
-        "timed_tokens": len(token_s),
-        **profile.routing(model, sequences, harness["device"], settings["seed"]),
-    }
-    report["copy_share_of_token"] = report["expert_copy_ms"] / report["token_compute_ms"]
-    write_text(args.out, json.dumps(report, indent=1) + "\n")
+    report = harness.run_profile(settings, args.model, args.sequences, args.out)
     print(json.dumps({k: v for k, v in report.items() if not k.endswith("per_layer")}))
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from moecache import corpus, decode, gates, provenance
+from moecache import corpus, decode, gates, profile, provenance
 from moecache import model as models
 from moecache.atomic import atomic_file, write_text
 from moecache.errors import MoecacheError
@@ -34,6 +34,28 @@ def load(settings: dict, model_source: str, sequences_path):
 
 def write_json(path, report: dict) -> None:
     write_text(path, json.dumps(report, indent=1, default=float) + "\n")
+
+
+def run_profile(settings, model_source, sequences_path, out) -> dict:
+    """One expert copy and one token's compute, measured; held-out NLL and routing reuse."""
+    model, sequences = load(settings, model_source, sequences_path)
+    device = settings["harness"]["device"]
+    layer = model.model.layers[settings["harness"]["restricted_layers"][0]]
+    nbytes, copy_s = profile.expert_copy_seconds(
+        layer.mlp.experts, device, repeats=10 * model.config.num_experts
+    )
+    token_s = profile.token_seconds(model, sequences, device)
+    report = {
+        "device": device,
+        "expert_bytes": nbytes,
+        "expert_copy_ms": copy_s * 1e3,
+        "token_compute_ms": 1e3 * sum(token_s) / len(token_s),
+        "timed_tokens": len(token_s),
+        **profile.routing(model, sequences, device, settings["seed"]),
+    }
+    report["copy_share_of_token"] = report["expert_copy_ms"] / report["token_compute_ms"]
+    write_json(out, report)
+    return report
 
 
 def run_gates(settings, model_source, sequences_path, out) -> dict:
