@@ -17,6 +17,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/harness.smk"
+include: "workflow/rules/replay.smk"
 
 
 rule all:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -51,3 +52,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
 def write_text(path: str | Path, text: str) -> None:
     with atomic_file(path) as tmp:
         tmp.write_text(text)
+
+
+def write_json(path: str | Path, report: dict) -> None:
+    write_text(path, json.dumps(report, indent=1, default=float) + "\n")

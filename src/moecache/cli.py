@@ -140,6 +140,132 @@ def cmd_bandwidth(args):
     )
 
 
+def read_demand(args):
+    from moecache import demand
+
+    if args.trace:
+        return demand.read_trace(args.trace, args.experts), args.trace
+    if args.experts is None:
+        raise MoecacheError("--demand: give --experts N, the layer's expert count")
+    return demand.read_jsonl(args.demand, args.experts), args.demand
+
+
+def emit(args, report: dict, summary: list[str], sources=()) -> None:
+    """The report as JSON (--json on stdout, --out to a file) or as summary lines."""
+    from moecache import provenance
+    from moecache.atomic import write_json
+
+    report.update(
+        inputs=[provenance.digest(path) for path in sources], versions=provenance.versions()
+    )
+    if args.out:
+        write_json(args.out, report)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print("\n".join(summary))
+
+
+def percent(share) -> str:
+    return "n/a" if share is None else f"{100 * share:.1f}%"
+
+
+def cmd_replay(args):
+    from moecache import replay
+
+    demand, source = read_demand(args)
+    report = replay.report(demand, args.capacity, args.rule)
+    lines = [f"{'rule':34s} {'fills':>7s} {'steady':>8s} {'per token':>9s} {'gap':>7s}"]
+    for rule, r in report["rules"].items():
+        t = r["totals"]
+        rate = "n/a" if t["copies_per_token"] is None else f"{t['copies_per_token']:.2f}"
+        lines.append(
+            f"{rule:34s} {t['fills']:7d} {t['steady']:8d} {rate:>9s} "
+            f"{percent(t['gap_recovered']):>7s}"
+        )
+    emit(args, report, lines, [source])
+
+
+def cmd_bound(args):
+    from moecache import bound
+
+    demand, source = read_demand(args)
+    report = bound.report(demand, args.capacity)
+    t = report["totals"]
+    emit(
+        args,
+        report,
+        [
+            f"B_flat {t['b_flat']} <= optimum <= B_greedy {t['b_greedy']} "
+            f"(gap {percent(t['gap'])}); they coincide on {percent(t['coincide_share'])} "
+            f"of {t['streams']} streams; median stream gap {percent(t['median_stream_gap'])}"
+        ],
+        [source],
+    )
+
+
+def cmd_optimum(args):
+    from moecache import bound
+
+    demand, source = read_demand(args)
+    report = bound.optimum_report(demand, args.capacity)
+    lines = [f"{'stream':24s} {'B_flat':>7s} {'optimum':>8s} {'greedy':>7s}"]
+    for r in report["streams"]:
+        lines.append(f"{r['stream']:24s} {r['b_flat']:7d} {r['optimum']:8d} {r['b_greedy']:7d}")
+    emit(args, report, lines, [source])
+
+
+def cmd_foresight(args):
+    from moecache import foresight
+
+    demand, source = read_demand(args)
+    report = foresight.curve(demand, args.capacity, args.foresight, args.heldout_last)
+    lines = []
+    for name, subset in report["subsets"].items():
+        points = ", ".join(
+            f"{p['k'] or 'unlimited'}: {percent(p['gap_recovered'])}" for p in subset["foresight"]
+        )
+        causal = ", ".join(f"{r} {percent(s)}" for r, s in subset["causal"].items())
+        lines.append(f"{name} ({subset['streams']} streams): foresight {points}; causal {causal}")
+    emit(args, report, lines, [source])
+
+
+def cmd_optimum_sweep(args):
+    from moecache import sweep
+
+    settings = load_settings(args, ("replay",))
+    report = sweep.run(settings["replay"]["optimum"], settings["seed"])
+    emit(
+        args,
+        report,
+        [
+            f"{report['instances']} instances (k/C {report['k_over_c']}): greedy not optimal on "
+            f"{report['greedy_not_optimal']}, above LRU on {report['greedy_above_lru']}"
+        ],
+    )
+
+
+def cmd_benchmark_replay(args):
+    from moecache import replay_benchmark
+
+    settings = load_settings(args, ("replay",))
+    bench = settings["replay"]["benchmark"]
+    if args.trace:
+        demand, sources = read_demand(args)[0], [args.trace]
+    else:
+        demand, sources = replay_benchmark.paper_scale(bench, settings["seed"]), []
+    report = replay_benchmark.run(demand, bench["capacity"], bench["rounds"])
+    lines = [f"{report['requests']:,} requests in {report['streams']} streams"]
+    for rule, r in report["rules"].items():
+        lines.append(
+            f"{rule}: replay {r['replay']['requests_per_second'] / 1e6:.2f} M req/s, "
+            f"libCacheSim {r['libcachesim']['algorithm']} "
+            f"{r['libcachesim']['requests_per_second'] / 1e6:.2f} M req/s "
+            f"(ratio {r['speed_ratio']:.2f})"
+        )
+    emit(args, report, lines, sources)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="moecache", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True)
@@ -211,6 +337,49 @@ def parser() -> argparse.ArgumentParser:
 
     p = with_settings(command("bandwidth", cmd_bandwidth, "copy time and bandwidth per expert"))
     on_model(p, "--out")
+
+    def results(p):
+        p.add_argument("--json", action="store_true", help="print the report as JSON")
+        p.add_argument("--out", type=Path, help="write the report as JSON to this file")
+        return p
+
+    def on_demand(p, capacity=True):
+        """Demand from a harness trace or a JSON-lines file, and the pool size."""
+        source = p.add_mutually_exclusive_group(required=True)
+        source.add_argument("--trace", type=Path, help="a harness trace (Parquet)")
+        source.add_argument(
+            "--demand", type=Path, help='JSON lines: {"stream": id, "tokens": [[e, ...], ...]}'
+        )
+        p.add_argument("--experts", type=int, help="experts per layer (N; needed with --demand)")
+        if capacity:
+            p.add_argument("--capacity", type=int, required=True, help="pool slots (C)")
+        return results(p)
+
+    p = on_demand(command("replay", cmd_replay, "replay demand under lossless eviction rules"))
+    p.add_argument(
+        "--rule",
+        action="append",
+        help="a rule, with parameters as name:key=value,...; repeat for more (default: all)",
+    )
+    on_demand(command("bound", cmd_bound, "lower bound B_flat and greedy farthest future"))
+    on_demand(command("optimum", cmd_optimum, "the exact fewest copies per stream (small N)"))
+    p = on_demand(command("foresight", cmd_foresight, "gap recovered with k tokens of foresight"))
+    p.add_argument("--foresight", type=int, nargs="+", required=True, help="values of k")
+    p.add_argument(
+        "--heldout-last", type=int, default=0, help="the last this many sequences are held out"
+    )
+    results(
+        with_settings(
+            command("optimum-sweep", cmd_optimum_sweep, "greedy against the exact optimum")
+        )
+    )
+    p = results(
+        with_settings(
+            command("benchmark-replay", cmd_benchmark_replay, "replay speed beside libCacheSim's")
+        )
+    )
+    p.add_argument("--trace", type=Path, help="time this harness trace instead")
+    p.add_argument("--experts", type=int, help=argparse.SUPPRESS)
     return top
 
 

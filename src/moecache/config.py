@@ -88,6 +88,7 @@ def check(config: dict) -> None:
             f"{arch['hidden_size']}"
         )
     check_runs(config)
+    check_replay(config)
     heldout = config["corpus"]["heldout"]
     if heldout["max_tokens"] > arch["max_position_embeddings"]:
         raise ConfigError(
@@ -148,6 +149,34 @@ def check_runs(config: dict) -> None:
                 )
             if not set(run.get("shards", shards)) <= set(source.get("shards", shards)):
                 raise ConfigError(f"{where}.shards: {harness['trace_run']} has no trace there")
+
+
+def check_replay(config: dict) -> None:
+    """Sweep shapes the exact search can take; a benchmark pool that can serve a token."""
+    from moecache.optimum import MAX_EXPERTS
+
+    replay = config["replay"]
+    where = "config key replay"
+    sequences = config["corpus"]["heldout"]["sequences"]
+    if replay["heldout_sequences"] > sequences:
+        raise ConfigError(
+            f"{where}.heldout_sequences: {replay['heldout_sequences']} is more than the "
+            f"{sequences} sequences of a shard"
+        )
+    low, high = replay["optimum"]["tokens"]
+    if low > high:
+        raise ConfigError(f"{where}.optimum.tokens: min {low} is above max {high}")
+    for experts, capacity, top_k in replay["optimum"]["shapes"]:
+        if not top_k <= capacity <= experts <= MAX_EXPERTS:
+            raise ConfigError(
+                f"{where}.optimum.shapes: [{experts}, {capacity}, {top_k}] needs "
+                f"k <= C <= N <= {MAX_EXPERTS}"
+            )
+    bench = replay["benchmark"]
+    if not bench["top_k"] <= bench["capacity"] <= bench["experts"]:
+        raise ConfigError(f"{where}.benchmark: need top_k <= capacity <= experts")
+    if bench["mean_tokens"] > bench["max_tokens"]:
+        raise ConfigError(f"{where}.benchmark.mean_tokens: above max_tokens")
 
 
 def embedded(config: dict) -> bool:

@@ -15,7 +15,7 @@ import torch
 
 from moecache import corpus, decode, gates, profile, provenance
 from moecache import model as models
-from moecache.atomic import atomic_file, write_text
+from moecache.atomic import atomic_file, write_json
 from moecache.errors import MoecacheError
 from moecache.policies import Plan
 from moecache.pool import ExpertPool
@@ -30,10 +30,6 @@ def load(settings: dict, model_source: str, sequences_path):
         model_source, model_settings["dtype"], harness["device"], model_settings["architecture"]
     )
     return model, corpus.read_sequences(sequences_path)
-
-
-def write_json(path, report: dict) -> None:
-    write_text(path, json.dumps(report, indent=1, default=float) + "\n")
 
 
 def run_profile(settings, model_source, sequences_path, out) -> dict:

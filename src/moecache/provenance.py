@@ -7,7 +7,7 @@ import json
 import platform
 from importlib import metadata
 
-PACKAGES = ("moecache", "torch", "transformers", "datasets", "numpy")
+PACKAGES = ("moecache", "torch", "transformers", "datasets", "numpy", "libcachesim")
 
 
 def versions() -> dict:
@@ -40,3 +40,10 @@ def stamp(settings: dict, device: str) -> dict:
         "device": device,
         "device_name": device_name(device),
     }
+
+
+def digest(path) -> dict:
+    """A results file's record of one input: its path and SHA-256."""
+    from pathlib import Path
+
+    return {"path": str(path), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}

@@ -53,6 +53,9 @@ def built(path):
 
 RUNS = config["harness"]["runs"]
 DEVICE_TAG = config["harness"]["device"].replace(":", "")
+TRACE_RUN = config["harness"]["trace_run"]
+TRACE = f"results/traces/{{shard}}/{TRACE_RUN}-x1.parquet"
+TRACE_CAPACITY = RUNS[TRACE_RUN].get("capacity", config["harness"]["capacity"])
 
 
 def decode_outputs():
@@ -71,9 +74,22 @@ def trace_input(wildcards):
     """The recorded demand a farthest-future run reads: the trace run at 1x, same shard."""
     if not POLICIES[RUNS[wildcards.run]["policy"]].needs_future:
         return []
-    return (
-        f"results/traces/{wildcards.shard}/{config['harness']['trace_run']}-x1.parquet"
-    )
+    return TRACE.format(shard=wildcards.shard)
+
+
+def replay_outputs():
+    """Replay, bounds and foresight on every shard the trace run decodes; the sweep and the
+    benchmark once."""
+    shards = RUNS[TRACE_RUN].get("shards", SHARDS)
+    return [
+        *expand(
+            "results/replay/{shard}/{name}.json",
+            shard=shards,
+            name=["replay", "bound", "foresight"],
+        ),
+        "results/replay/optimum-sweep.json",
+        "results/replay/benchmark.json",
+    ]
 
 
 def final_outputs():
@@ -84,4 +100,5 @@ def final_outputs():
         f"results/bandwidth/{DEVICE_TAG}.json",
         f"results/probe/{SHARDS[0]}.json",
         *decode_outputs(),
+        *replay_outputs(),
     ]

@@ -1,10 +1,10 @@
 """Every expert resident (C = N): the pool is filled once per sequence, nothing is evicted."""
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import EvictionPolicy, Plan
+from moecache.policies.base import Plan, Policy
 
 
-class AllResident(EvictionPolicy):
+class AllResident(Policy):
     name = "all"
 
     def __init__(self, capacity, num_experts, top_k):

@@ -11,10 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from moecache.errors import MoecacheError
+
+NOT_CANDIDATE = np.iinfo(np.int64).max  # sorts after every folded key
+OUTSIDE = 2**62  # added to a non-resident's folded key
+NONE = np.empty(0, dtype=np.int64)
 
 
 @dataclass
@@ -31,6 +36,7 @@ class Policy:
     name: str = ""
     restricts: bool = False  # True: the router may choose only among resident experts
     needs_future: bool = False  # True: reset() must be given the recorded demand
+    needs_probs: bool = False  # True: decides from the router's probabilities
 
     def __init__(self, capacity: int, num_experts: int, top_k: int):
         if not 0 < top_k <= capacity <= num_experts:
@@ -54,37 +60,119 @@ class Policy:
         raise NotImplementedError
 
 
+class Pools:
+    """The resident sets of many streams' pools: what eviction rules see of ExpertPool.
+
+    `base` [streams, N] holds each expert's id, pushed past every eviction key (by OUTSIDE)
+    while the expert is not resident, so sorting `key * N + base` puts the residents
+    first, in key order.
+    """
+
+    def __init__(self, streams: int, num_experts: int, capacity: int):
+        self.num_experts, self.capacity = num_experts, capacity
+        self.base = np.tile(np.arange(num_experts) + OUTSIDE, (streams, 1))
+        self.count = np.zeros(streams, dtype=np.int64)
+
+    @classmethod
+    def holding(cls, resident, num_experts: int, capacity: int) -> Pools:
+        """One pool holding the experts in `resident`."""
+        pools = cls(1, num_experts, capacity)
+        ids = np.fromiter(resident, dtype=np.int64)
+        pools.base[0, ids], pools.count[0] = ids, len(ids)
+        return pools
+
+    @property
+    def resident(self) -> np.ndarray:
+        return self.base < OUTSIDE
+
+    def apply(self, n: int, token: Token) -> None:
+        """Evict the token's victims, then copy in its misses, in the first n streams."""
+        self.base.put(token.victims, token.victims % self.num_experts + OUTSIDE)
+        admit = token.at[token.miss]
+        self.base.put(admit, admit % self.num_experts)
+        # Victims are only taken to make room, so a pool grows until full, then stays full.
+        np.minimum(self.count[:n] + token.copies, self.capacity, out=self.count[:n])
+
+
+class Token(NamedTuple):
+    """One token's plan for the first n streams, from EvictionPolicy.step."""
+
+    at: np.ndarray  # [n, k] flat indices (row * N + expert) of the requested experts
+    miss: np.ndarray  # [n, k] True where the expert must be copied in
+    copies: np.ndarray  # [n] misses per stream
+    victims: np.ndarray  # flat indices of the experts evicted to make room
+
+
 class EvictionPolicy(Policy):
-    """Lossless: every requested expert is copied in at once; the rule only picks each
-    victim among residents the current token does not need."""
+    """Lossless: every requested expert is copied in at once; the rule only picks the
+    victims, among residents the current token does not need.
 
-    def reset(self, future=None) -> None:
+    A rule is two methods over state arrays shaped [streams, N]: `priority` ranks the
+    experts (lowest evicted first) and `observe` learns from each token after its victims
+    are chosen. The harness drives one stream through `plan`; trace replay drives many
+    streams at once through `step`, so a rule's copy count is defined once. At token t the
+    streams still running are the first n rows (`rows` = slice(0, n)), and `at` [n, k]
+    holds the flat indices (row * N + expert) of the experts each requests, for np.take
+    and np.put on any state array.
+    """
+
+    def reset(self, future=None, streams: int = 1) -> None:
         super().reset(future)
-        self.last_use = np.full(self.num_experts, -1, dtype=np.int64)
+        self.streams = streams
+        # 1 + the token of each expert's last request (0: never requested), so that it
+        # is itself the LRU key.
+        self.recency = np.zeros((streams, self.num_experts), dtype=np.int64)
 
-    def plan(self, t, request, probs, resident) -> Plan:
-        misses = [e for e in request if e not in resident]
-        room = self.capacity - len(resident)
-        candidates = set(resident).difference(request)
-        evict = []
-        for _ in range(len(misses) - room):
-            victim = self.victim(t, sorted(candidates), probs)
-            candidates.remove(victim)
-            evict.append(victim)
-        self.observe(t, request, probs)
-        return Plan(admit=misses, evict=evict)
-
-    def victim(self, t: int, candidates: list[int], probs: np.ndarray) -> int:
-        """The resident to evict; `candidates` (sorted ids) never holds a requested expert."""
+    def priority(self, t: int, rows: slice, probs):
+        """Eviction order of the experts of the streams in `rows`: one non-negative integer
+        key per expert ([n, N], below 2**40; lower goes first, ties to the lower id), or a
+        tuple of such arrays of any dtype, most significant first (slower)."""
         raise NotImplementedError
 
-    def observe(self, t: int, request: Sequence[int], probs: np.ndarray) -> None:
+    def observe(self, t: int, rows: slice, at: np.ndarray, probs) -> None:
         """Learn from token t after its victims are chosen (default: recency)."""
-        self.last_use[list(request)] = t
+        self.recency.put(at, t + 1)
 
-    def least_recent(self, candidates: list[int]) -> int:
-        """LRU among `candidates`; ties (never used) go to the lowest id."""
-        return min(candidates, key=lambda e: (self.last_use[e], e))
+    def step(self, t: int, at: np.ndarray, probs, pools: Pools) -> Token:
+        """Plan token t for the first n = len(at) streams, given the flat indices `at`
+        [n, k] of their requests and the router's `probs` [n, N] (or None)."""
+        n = len(at)
+        rows = slice(0, n)
+        miss = pools.base.take(at) >= OUTSIDE
+        copies = miss.sum(axis=1)
+        need = pools.count[:n] + copies - self.capacity
+        most = need.max(initial=0)
+        victims = NONE
+        if most > 0:
+            order = self.eviction_order(t, rows, at, probs, pools, most)
+            victims = order[np.arange(most) < need[:, None]]
+        self.observe(t, rows, at, probs)
+        return Token(at, miss, copies, victims)
+
+    def eviction_order(self, t, rows, at, probs, pools, most: int) -> np.ndarray:
+        """The `most` first victims per stream, as flat indices, in `priority` order
+        (residents only; the current token's experts never)."""
+        keys = self.priority(t, rows, probs)
+        n = self.num_experts
+        start = np.arange(rows.stop)[:, None] * n
+        if isinstance(keys, np.ndarray):
+            folded = keys * n + pools.base[rows]  # sorting values beats argsort severalfold
+            folded.put(at, NOT_CANDIDATE)
+            return np.sort(folded, axis=1)[:, :most] % n + start
+        blocked = pools.base[rows] >= OUTSIDE
+        blocked.put(at, True)
+        ids = np.broadcast_to(np.arange(n), blocked.shape)
+        return np.lexsort((ids, *reversed(keys), blocked), axis=-1)[:, :most] + start
+
+    def plan(self, t, request, probs, resident) -> Plan:
+        pools = Pools.holding(resident, self.num_experts, self.capacity)
+        token = self.step(t, np.asarray([request]), np.asarray(probs)[None], pools)
+        admit = [int(e) for e, m in zip(request, token.miss[0], strict=True) if m]
+        return Plan(admit=admit, evict=sorted(token.victims.tolist()))
+
+    def least_recent(self, rows: slice) -> np.ndarray:
+        """The LRU key: never-used experts first."""
+        return self.recency[rows]
 
 
 class ScheduledPolicy(Policy):

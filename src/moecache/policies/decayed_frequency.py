@@ -15,15 +15,15 @@ class DecayedFrequency(EvictionPolicy):
             raise MoecacheError(f"policy {self.name}: decay {decay} must lie in (0, 1)")
         self.decay = decay
 
-    def reset(self, future=None):
-        super().reset(future)
-        self.score = np.zeros(self.num_experts)
+    def reset(self, future=None, streams=1):
+        super().reset(future, streams)
+        self.score = np.zeros((streams, self.num_experts))
 
-    def victim(self, t, candidates, probs):
+    def priority(self, t, rows, probs):
         # Ties (equal scores) go to the least recently used, then the lowest id.
-        return min(candidates, key=lambda e: (self.score[e], self.last_use[e], e))
+        return self.score[rows], self.recency[rows]
 
-    def observe(self, t, request, probs):
-        super().observe(t, request, probs)
-        self.score *= self.decay
-        self.score[list(request)] += 1.0
+    def observe(self, t, rows, at, probs):
+        super().observe(t, rows, at, probs)
+        self.score[rows] *= self.decay
+        self.score.put(at, self.score.take(at) + 1.0)

@@ -13,8 +13,6 @@ import numpy as np
 from moecache.errors import MoecacheError
 from moecache.policies.base import EvictionPolicy
 
-NEVER = np.iinfo(np.int64).max
-
 
 class FarthestFuture(EvictionPolicy):
     name = "farthest-future"
@@ -26,27 +24,55 @@ class FarthestFuture(EvictionPolicy):
             raise MoecacheError(f"policy {self.name}: foresight {foresight} must be >= 1")
         self.foresight = foresight
 
-    def reset(self, future=None):
-        super().reset(future)
-        # next_use[t, e]: the first token after t that requests e (NEVER if none).
-        steps = len(future)
-        self.next_use = np.full((steps + 1, self.num_experts), NEVER, dtype=np.int64)
-        for t in range(steps - 1, -1, -1):
-            self.next_use[t] = self.next_use[t + 1]
-            self.next_use[t, list(future[t])] = t
-        self.next_use = self.next_use[1:]  # row t now looks strictly after t
+    def reset(self, future=None, streams=1):
+        """`future`: one stream's requests per token, or [streams, T, k] ids padded with -1."""
+        super().reset(future, streams)
+        demand = np.asarray(future, dtype=np.int64).reshape(streams, -1, self.top_k)
+        # ahead[s, e]: the next token that requests e; after[t]: what it becomes once
+        # token t has used its experts.
+        self.after, self.ahead, self.never = next_requests(demand, self.num_experts)
+        self.key = self.ranked(self.ahead, self.recency)
 
     def plan(self, t, request, probs, resident):
-        if t >= len(self.future) or sorted(self.future[t]) != sorted(request):
+        if t >= len(self.after) or sorted(self.future[t]) != sorted(request):
             raise MoecacheError(
                 f"policy {self.name}: the recorded trace does not match this run at token {t}"
             )
         return super().plan(t, request, probs, resident)
 
-    def victim(self, t, candidates, probs):
-        ahead = self.next_use[t, candidates]
-        if self.foresight is not None:
-            ahead = np.where(ahead - t > self.foresight, NEVER, ahead)
-        farthest = ahead.max()
-        tied = [e for e, n in zip(candidates, ahead, strict=True) if n == farthest]
-        return self.least_recent(tied)
+    def ranked(self, ahead, recency):
+        """Farthest next use first, then the least recently used."""
+        return (self.never - ahead) * (self.never + 1) + recency
+
+    def priority(self, t, rows, probs):
+        if self.foresight is None:
+            return self.key[rows]
+        ahead = self.ahead[rows]
+        return self.ranked(
+            np.where(ahead - t > self.foresight, self.never, ahead), self.recency[rows]
+        )
+
+    def observe(self, t, rows, at, probs):
+        super().observe(t, rows, at, probs)
+        # Only the experts token t used change: their next use, their recency and key.
+        after = self.after[t, rows]
+        self.ahead.put(at, after)
+        self.key.put(at, self.ranked(after, t + 1))
+
+
+def next_requests(demand: np.ndarray, num_experts: int):
+    """For [streams, T, k] requests (PAD < 0 after a stream's end), returns
+    after [T, streams, k]: the next token at which each request's expert is requested again;
+    first [streams, N]: the first token that requests each expert; and `never` (T + 1),
+    their value where there is none."""
+    streams, steps, k = demand.shape
+    never = np.int64(steps + 1)  # a NumPy integer, so keys computed from it stay int64
+    width = num_experts + 1  # column N takes the padding
+    seen = np.full((streams, width), never, dtype=np.int64)
+    at = np.where(demand < 0, num_experts, demand) + (np.arange(streams) * width)[:, None, None]
+    at = at.transpose(1, 0, 2).copy()  # token-major
+    after = np.empty((steps, streams, k), dtype=np.int64)
+    for t in range(steps - 1, -1, -1):
+        after[t] = seen.take(at[t])
+        seen.put(at[t], t)
+    return after, seen[:, :num_experts].copy(), never

@@ -6,5 +6,5 @@ from moecache.policies.base import EvictionPolicy
 class LRU(EvictionPolicy):
     name = "lru"
 
-    def victim(self, t, candidates, probs):
-        return self.least_recent(candidates)
+    def priority(self, t, rows, probs):
+        return self.least_recent(rows)

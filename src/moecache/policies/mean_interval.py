@@ -9,23 +9,22 @@ from moecache.policies.base import EvictionPolicy
 class MeanInterval(EvictionPolicy):
     name = "mean-interval"
 
-    def reset(self, future=None):
-        super().reset(future)
-        self.first_use = np.full(self.num_experts, -1, dtype=np.int64)
-        self.uses = np.zeros(self.num_experts, dtype=np.int64)
+    def reset(self, future=None, streams=1):
+        super().reset(future, streams)
+        self.first_use = np.full((streams, self.num_experts), -1, dtype=np.int64)
+        self.uses = np.zeros((streams, self.num_experts), dtype=np.int64)
 
-    def forecast(self, e: int) -> float:
-        if self.uses[e] < 2:
-            return float("inf")  # no interval seen yet: no reason to expect it back
-        mean = (self.last_use[e] - self.first_use[e]) / (self.uses[e] - 1)
-        return self.last_use[e] + mean
+    def priority(self, t, rows, probs):
+        last, uses = self.recency[rows] - 1, self.uses[rows]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = (last - self.first_use[rows]) / (uses - 1)
+        # No interval seen yet: no reason to expect it back, so it returns last of all.
+        forecast = np.where(uses < 2, np.inf, last + mean)
+        # Latest forecast first; ties to the least recently used, then the lowest id.
+        return -forecast, last
 
-    def victim(self, t, candidates, probs):
-        return max(candidates, key=lambda e: (self.forecast(e), -self.last_use[e], -e))
-
-    def observe(self, t, request, probs):
-        request = list(request)
-        fresh = [e for e in request if self.uses[e] == 0]
-        self.first_use[fresh] = t
-        self.uses[request] += 1
-        super().observe(t, request, probs)
+    def observe(self, t, rows, at, probs):
+        uses = self.uses.take(at)
+        self.first_use.put(at, np.where(uses == 0, t, self.first_use.take(at)))
+        self.uses.put(at, uses + 1)
+        super().observe(t, rows, at, probs)

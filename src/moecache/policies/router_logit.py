@@ -6,6 +6,7 @@ from moecache.policies.base import EvictionPolicy
 
 class RouterLogit(EvictionPolicy):
     name = "router-logit"
+    needs_probs = True
 
-    def victim(self, t, candidates, probs):
-        return min(candidates, key=lambda e: (probs[e], self.last_use[e], e))
+    def priority(self, t, rows, probs):
+        return probs, self.recency[rows]

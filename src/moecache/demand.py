@@ -1,0 +1,178 @@
+"""Demand streams for trace replay: what each token of each stream requests.
+
+A stream is one restricted layer over one sequence (its own pool). Two sources: the
+harness's Parquet traces (one stream per layer and sequence, with router probabilities)
+and JSON-lines files, one stream a line: {"stream": "<id>", "tokens": [[e, ...], ...]}.
+Streams are held padded in one array so replay can step through all of them at once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from moecache.errors import MoecacheError
+
+PAD = -1  # requests[s, t] past the end of stream s
+
+
+@dataclass
+class Demand:
+    streams: list[str]  # one id per stream
+    sequences: list[str]  # the sequence each stream decodes (layers of one sequence share it)
+    requests: np.ndarray  # [streams, T, k] expert ids, PAD after each stream's end
+    lengths: np.ndarray  # [streams] tokens per stream
+    num_experts: int
+    probs: np.ndarray | None = None  # [streams, T, N] router probabilities, when recorded
+
+    @property
+    def top_k(self) -> int:
+        return self.requests.shape[2]
+
+    @property
+    def timed_tokens(self) -> int:
+        """Tokens per sequence after its first, summed over sequences (the harness's rho
+        divides by these: copies of all layers count against one token)."""
+        first = dict(zip(self.sequences, self.lengths.tolist(), strict=True))
+        return sum(n - 1 for n in first.values())
+
+    @cached_property
+    def distinct(self) -> np.ndarray:
+        """Experts each stream requests at least once."""
+        seen = np.zeros((len(self.streams), self.num_experts + 1), dtype=bool)
+        rows = np.arange(len(self.streams))[:, None, None]
+        seen[rows, np.where(self.requests == PAD, self.num_experts, self.requests)] = True
+        return seen[:, :-1].sum(axis=1)
+
+    def subset(self, keep: np.ndarray) -> Demand:
+        keep = np.asarray(keep, dtype=bool)
+        return Demand(
+            [s for s, k in zip(self.streams, keep, strict=True) if k],
+            [s for s, k in zip(self.sequences, keep, strict=True) if k],
+            self.requests[keep],
+            self.lengths[keep],
+            self.num_experts,
+            None if self.probs is None else self.probs[keep],
+        )
+
+    def check_capacity(self, capacity: int) -> None:
+        if not 0 < capacity <= self.num_experts:
+            raise MoecacheError(
+                f"--capacity {capacity}: must lie between 1 and the {self.num_experts} experts"
+            )
+        if self.top_k > capacity:
+            raise MoecacheError(
+                f"stream {self.streams[0]}: a token requests {self.top_k} experts, more than "
+                f"the capacity {capacity}"
+            )
+
+
+def padded(tokens: list[np.ndarray], top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+    requests = np.full((len(tokens), lengths.max(initial=0), top_k), PAD, dtype=np.int64)
+    for s, stream in enumerate(tokens):
+        requests[s, : len(stream)] = stream
+    return requests, lengths
+
+
+def from_arrays(requests: np.ndarray, num_experts: int, prefix: str = "instance") -> Demand:
+    """Equal-length streams [streams, T, k], e.g. generated ones."""
+    requests = np.asarray(requests, dtype=np.int64)
+    names = [f"{prefix}-{i}" for i in range(len(requests))]
+    lengths = np.full(len(requests), requests.shape[1], dtype=np.int64)
+    return Demand(names, names, requests, lengths, num_experts)
+
+
+def read_trace(path, num_experts: int | None = None) -> Demand:
+    """A harness trace: one stream per (layer, sequence), the router's top-k as requested."""
+    if not Path(path).is_file():
+        raise MoecacheError(f"{path}: no such trace")
+    try:
+        frame = pd.read_parquet(path, columns=["sequence", "layer", "token", "requested", "probs"])
+    except (ValueError, OSError, KeyError) as error:
+        raise MoecacheError(f"{path}: not a harness trace ({error})") from None
+    frame = frame.sort_values(["layer", "sequence", "token"])
+    width = len(frame["probs"].iloc[0]) if len(frame) else 0
+    if num_experts is not None and num_experts != width:
+        raise MoecacheError(f"{path}: the trace has {width} experts, not --experts {num_experts}")
+    streams, sequences, tokens, probs = [], [], [], []
+    for (layer, seq), rows in frame.groupby(["layer", "sequence"], sort=True):
+        if not np.array_equal(rows["token"].to_numpy(), np.arange(len(rows))):
+            raise MoecacheError(f"{path}: layer {layer} sequence {seq} skips tokens")
+        streams.append(f"layer{layer}/seq{seq}")
+        sequences.append(f"seq{seq}")
+        tokens.append(np.stack(rows["requested"].to_numpy()).astype(np.int64))
+        probs.append(np.stack(rows["probs"].to_numpy()))
+    if not streams:
+        raise MoecacheError(f"{path}: the trace is empty")
+    requests, lengths = padded(tokens, tokens[0].shape[1])
+    table = np.zeros((*requests.shape[:2], width), dtype=np.float32)
+    for s, p in enumerate(probs):
+        table[s, : len(p)] = p
+    demand = Demand(streams, sequences, requests, lengths, width, table)
+    check(demand, str(path))
+    return demand
+
+
+def read_jsonl(path, num_experts: int) -> Demand:
+    """One stream a line: {"stream": "<id>", "tokens": [[e, ...], ...]}; every token
+    requests the same number of distinct experts."""
+    if not Path(path).is_file():
+        raise MoecacheError(f"{path}: no such demand file")
+    streams, tokens = [], []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise MoecacheError(f"{where}: not JSON ({error.msg})") from None
+        if not isinstance(row, dict) or set(row) != {"stream", "tokens"}:
+            raise MoecacheError(f'{where}: need exactly the keys "stream" and "tokens"')
+        name, stream = str(row["stream"]), row["tokens"]
+        if name in streams:
+            raise MoecacheError(f"{where}: stream {name!r} appears twice")
+        ok = isinstance(stream, list) and stream and all(isinstance(t, list) for t in stream)
+        if not ok or not all(type(e) is int for t in stream for e in t):
+            raise MoecacheError(f"{where}: tokens must be a non-empty list of lists of ints")
+        width = {len(t) for t in stream} | ({tokens[0].shape[1]} if tokens else set())
+        if len(width) > 1:
+            raise MoecacheError(
+                f"{where}: ragged demand, tokens request {sorted(width)} experts "
+                "(every token must request the same number)"
+            )
+        streams.append(name)
+        tokens.append(np.array(stream, dtype=np.int64))
+    if not streams:
+        raise MoecacheError(f"{path}: no streams")
+    if tokens[0].shape[1] == 0:
+        raise MoecacheError(f"{path}: tokens request no experts")
+    requests, lengths = padded(tokens, tokens[0].shape[1])
+    demand = Demand(streams, list(streams), requests, lengths, num_experts)
+    check(demand, str(path))
+    return demand
+
+
+def check(demand: Demand, source: str) -> None:
+    """Expert ids in range and distinct within each token."""
+    real = np.arange(demand.requests.shape[1]) < demand.lengths[:, None]  # [streams, T]
+    bad = real[..., None] & ((demand.requests < 0) | (demand.requests >= demand.num_experts))
+    if bad.any():
+        s, t, j = np.argwhere(bad)[0]
+        raise MoecacheError(
+            f"{source}: stream {demand.streams[s]} token {t} requests expert "
+            f"{demand.requests[s, t, j]}, outside 0..{demand.num_experts - 1}"
+        )
+    ordered = np.sort(demand.requests, axis=2)
+    repeated = (ordered[..., 1:] == ordered[..., :-1]).any(axis=2) & real
+    if repeated.any():
+        s, t = np.argwhere(repeated)[0]
+        raise MoecacheError(
+            f"{source}: stream {demand.streams[s]} token {t} requests an expert twice"
+        )

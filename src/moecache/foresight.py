@@ -1,0 +1,61 @@
+"""Limited foresight: the share of the LRU-to-oracle gap farthest-future eviction recovers
+when it sees only the next k tokens of demand (the data of Figure 2), on the held-out
+sequences and on all, with the causal rules as reference lines."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moecache import replay
+from moecache.demand import Demand
+
+
+def heldout_mask(demand: Demand, last: int) -> np.ndarray:
+    """Streams of the last `last` sequences, in order of first appearance (learned scorers
+    train on the others)."""
+    order = list(dict.fromkeys(demand.sequences))
+    held = set(order[len(order) - last :]) if last else set()
+    return np.array([s in held for s in demand.sequences])
+
+
+def curve(demand: Demand, capacity: int, ks: list[int], heldout_last: int) -> dict:
+    causal = [
+        r
+        for r in replay.lossless_rules()
+        if r not in ("lru", "farthest-future")
+        and (demand.probs is not None or not replay.needs_probs(r))
+    ]
+    rules = {
+        "lru": "lru",
+        "oracle": "farthest-future",
+        **{f"foresight-{k}": f"farthest-future:foresight={k}" for k in ks},
+        **{r: r for r in causal},
+    }
+    copies = {
+        label: replay.run(demand, replay.make_rule(rule, demand, capacity)).after_fill
+        for label, rule in rules.items()
+    }
+    subsets = {
+        "heldout": heldout_mask(demand, heldout_last),
+        "all": np.ones(len(demand.streams), bool),
+    }
+    out = {}
+    for name, mask in subsets.items():
+        total = {label: int(c[mask].sum()) for label, c in copies.items()}
+
+        def share(label, total=total):
+            return replay.gap_recovered(total["lru"], total["oracle"], total[label])
+
+        out[name] = {
+            "streams": int(mask.sum()),
+            "copies": total,
+            "foresight": [{"k": k, "gap_recovered": share(f"foresight-{k}")} for k in ks]
+            + [{"k": None, "gap_recovered": share("oracle")}],  # unlimited
+            "causal": {r: share(r) for r in causal},
+        }
+    return {
+        "capacity": capacity,
+        "heldout_sequences": heldout_last,
+        "rules": rules,
+        "subsets": out,
+    }

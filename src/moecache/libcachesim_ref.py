@@ -1,0 +1,65 @@
+"""libCacheSim on the same demand, flattened to single requests: the reference the replay
+is checked and timed against.
+
+Every stream becomes consecutive single requests (a token's experts in recorded order), all
+streams one after another with their own key space. One cache of C objects then behaves
+like a separate pool per stream: an earlier stream's keys are never requested again, so
+LRU ages them out first and Belady sees them as never used again. Belady reads the next
+request of each object from libCacheSim's oracleGeneral binary format.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from moecache.demand import PAD, Demand
+
+# libCacheSim's oracleGeneral record: timestamp, object id, size, next access (virtual time).
+RECORD = np.dtype([("time", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
+ALGORITHMS = {"lru": "LRU", "farthest-future": "Belady"}  # our rule -> libCacheSim's cache
+
+
+def flat_keys(demand: Demand) -> np.ndarray:
+    """All requests in order, stream after stream; stream s's expert e is key s * N + e + 1."""
+    keys = (
+        demand.requests + (np.arange(len(demand.streams)) * demand.num_experts + 1)[:, None, None]
+    )
+    return keys[demand.requests != PAD]
+
+
+def write_oracle_general(keys: np.ndarray, path: Path) -> None:
+    records = np.zeros(len(keys), dtype=RECORD)
+    records["time"] = np.arange(len(keys))
+    records["id"] = keys
+    records["size"] = 1
+    # Next access of each request: scan the keys' positions in order, grouped by key.
+    order = np.lexsort((np.arange(len(keys)), keys))
+    nxt = np.full(len(keys), -1, dtype=np.int64)
+    same = keys[order[1:]] == keys[order[:-1]]
+    nxt[order[:-1][same]] = order[1:][same]
+    records["next"] = nxt
+    records.tofile(path)
+
+
+def misses(demand: Demand, capacity: int, rule: str, repeats: int = 1) -> tuple[int, float]:
+    """libCacheSim's misses on the flattened demand, and its best time over `repeats`
+    (the trace walk itself, from opening the reader to the result)."""
+    import libcachesim
+
+    keys = flat_keys(demand)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "demand.oracleGeneral.bin"
+        write_oracle_general(keys, path)
+        best, missed = float("inf"), None
+        for _ in range(repeats):
+            start = time.perf_counter()
+            reader = libcachesim.TraceReader(str(path), libcachesim.TraceType.ORACLE_GENERAL_TRACE)
+            cache = getattr(libcachesim, ALGORITHMS[rule])(cache_size=capacity)
+            ratio, _ = cache.process_trace(reader)
+            best = min(best, time.perf_counter() - start)
+            missed = round(ratio * len(keys))
+    return missed, best

@@ -1,0 +1,173 @@
+"""Trace replay: run lossless eviction rules over recorded demand, no model involved.
+
+Per-token semantics, as in the harness: before token t is computed every expert it
+requests is resident, and a victim is never one that token needs. All streams advance
+together, one token at a time, through the same policy objects the harness uses, so a
+rule's counts here equal its closed-loop counts. Copies are counted three ways:
+`insertions` (all), the harness's `fills` / `steady` split (a pool counts as filling until
+it has been full once, the whole group of copies that first fills it included), and
+`after_fill`, the paper's steady traffic B: insertions beyond the first min(C, distinct)
+that every lossless schedule makes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from moecache import policies
+from moecache.demand import Demand
+from moecache.errors import MoecacheError
+from moecache.policies import EvictionPolicy
+from moecache.policies.base import Pools
+
+
+@dataclass
+class Counts:
+    """Per stream, in the demand's stream order."""
+
+    insertions: np.ndarray
+    fills: np.ndarray
+    steady: np.ndarray
+    after_fill: np.ndarray
+    residents: np.ndarray | None = None  # [streams, T, N] after each token, when kept
+    evictions: np.ndarray | None = None  # [streams, T, N] victims of each token, when kept
+
+
+def lossless_rules() -> list[str]:
+    """Every eviction rule in the registry (learned scorers join by registering)."""
+    return [name for name, cls in policies.POLICIES.items() if issubclass(cls, EvictionPolicy)]
+
+
+def parse_rule(text: str) -> tuple[str, dict]:
+    """'farthest-future:foresight=16,x=y' -> ('farthest-future', {'foresight': 16, ...})."""
+    name, _, rest = text.partition(":")
+    params = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise MoecacheError(f"rule {text!r}: parameters are written key=value")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return name, params
+
+
+def make_rule(text: str, demand: Demand, capacity: int) -> EvictionPolicy:
+    name, params = parse_rule(text)
+    policy = policies.make(name, capacity, demand.num_experts, demand.top_k, params)
+    if not isinstance(policy, EvictionPolicy):
+        raise MoecacheError(f"rule {name}: not a lossless eviction rule (replay runs those)")
+    if policy.needs_probs and demand.probs is None:
+        raise MoecacheError(f"rule {name}: needs router probabilities, which this demand lacks")
+    return policy
+
+
+def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
+    """Replay every stream of `demand` under `policy` (whose capacity is the pool's)."""
+    capacity = policy.capacity
+    demand.check_capacity(capacity)
+    # Longest streams first: the streams still running at token t are then the first rows.
+    order = np.argsort(-demand.lengths, kind="stable")
+    requests, lengths = demand.requests[order], demand.lengths[order]
+    # Token-major copies, so each token's rows are one contiguous block.
+    probs = demand.probs[order].transpose(1, 0, 2).copy() if policy.needs_probs else None
+    streams, steps = requests.shape[:2]
+    policy.reset(requests if policy.needs_future else None, streams=streams)
+    alive = np.count_nonzero(lengths[:, None] > np.arange(steps), axis=0)
+    at = (requests + (np.arange(streams) * demand.num_experts)[:, None, None]).transpose(1, 0, 2)
+    at = at.copy()
+    pools = Pools(streams, demand.num_experts, capacity)
+    copies = np.zeros((steps, streams), dtype=np.int64)
+    full = np.zeros((steps, streams), dtype=bool)  # full before the token: its copies are steady
+    if keep:
+        residents = np.zeros((steps, streams, demand.num_experts), dtype=bool)
+        evictions = np.zeros_like(residents)
+    for t in range(steps):
+        n = alive[t]
+        token = policy.step(t, at[t, :n], None if probs is None else probs[t, :n], pools)
+        copies[t, :n] = token.copies
+        full[t, :n] = pools.count[:n] == capacity
+        pools.apply(n, token)
+        if keep:
+            residents[t, :n] = pools.resident[:n]
+            np.put(evictions[t], token.victims, True)
+    back = np.argsort(order)
+    insertions = copies.sum(axis=0)[back]
+    # The harness's split: copies count as fills until the pool has been full once.
+    steady = (copies * full).sum(axis=0)[back]
+    counts = Counts(
+        insertions,
+        insertions - steady,
+        steady,
+        insertions - np.minimum(capacity, demand.distinct),
+    )
+    if keep:
+        counts.residents = residents.transpose(1, 0, 2)[back]
+        counts.evictions = evictions.transpose(1, 0, 2)[back]
+    return counts
+
+
+def gap_recovered(lru: int, oracle: int, rule: int) -> float | None:
+    """Share of the LRU-to-oracle gap a rule recovers (1 = as few copies as the oracle)."""
+    return None if lru == oracle else (lru - rule) / (lru - oracle)
+
+
+def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dict:
+    """Counts per stream and in total for each rule, with the share of the gap between LRU
+    and farthest-future (full lookahead) that each rule recovers."""
+    rules = rules or [r for r in lossless_rules() if demand.probs is not None or not needs_probs(r)]
+    counts = {text: run(demand, make_rule(text, demand, capacity)) for text in rules}
+    for reference in ("lru", "farthest-future"):
+        if reference not in counts:
+            counts[reference] = run(demand, make_rule(reference, demand, capacity))
+    lru, oracle = counts["lru"].after_fill.sum(), counts["farthest-future"].after_fill.sum()
+    timed = demand.timed_tokens
+    out = {}
+    for text in rules:
+        c = counts[text]
+        out[text] = {
+            "totals": {
+                "insertions": int(c.insertions.sum()),
+                "fills": int(c.fills.sum()),
+                "steady": int(c.steady.sum()),
+                "after_fill": int(c.after_fill.sum()),
+                "copies_per_token": float(c.steady.sum() / timed) if timed else None,
+                "gap_recovered": gap_recovered(lru, oracle, c.after_fill.sum()),
+            },
+            "streams": [
+                {
+                    "stream": name,
+                    "tokens": int(n),
+                    "insertions": int(i),
+                    "fills": int(f),
+                    "steady": int(s),
+                    "after_fill": int(a),
+                }
+                for name, n, i, f, s, a in zip(
+                    demand.streams,
+                    demand.lengths,
+                    c.insertions,
+                    c.fills,
+                    c.steady,
+                    c.after_fill,
+                    strict=True,
+                )
+            ],
+        }
+    return {
+        "capacity": capacity,
+        "experts": demand.num_experts,
+        "top_k": demand.top_k,
+        "streams": len(demand.streams),
+        "tokens": int(demand.lengths.sum()),
+        "timed_tokens": timed,
+        "rules": out,
+    }
+
+
+def needs_probs(text: str) -> bool:
+    return policies.POLICIES[parse_rule(text)[0]].needs_probs

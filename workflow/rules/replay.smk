@@ -1,0 +1,89 @@
+# Trace replay: lossless rules, bounds and limited foresight on the recorded demand of the
+# trace run; the exact-optimum sweep; replay speed beside libCacheSim. CPU only.
+
+
+rule replay:
+    input:
+        trace=TRACE,
+    output:
+        "results/replay/{shard}/replay.json",
+    log:
+        "logs/replay/{shard}/replay.log",
+    benchmark:
+        "benchmarks/replay/{shard}/replay.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        capacity=TRACE_CAPACITY,
+    shell:
+        "moecache replay --trace {input.trace} --capacity {params.capacity} --out {output}"
+        " > {log} 2>&1"
+
+
+rule bound:
+    input:
+        trace=TRACE,
+    output:
+        "results/replay/{shard}/bound.json",
+    log:
+        "logs/replay/{shard}/bound.log",
+    benchmark:
+        "benchmarks/replay/{shard}/bound.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        capacity=TRACE_CAPACITY,
+    shell:
+        "moecache bound --trace {input.trace} --capacity {params.capacity} --out {output}"
+        " > {log} 2>&1"
+
+
+rule foresight:
+    input:
+        trace=TRACE,
+    output:
+        "results/replay/{shard}/foresight.json",
+    log:
+        "logs/replay/{shard}/foresight.log",
+    benchmark:
+        "benchmarks/replay/{shard}/foresight.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        capacity=TRACE_CAPACITY,
+        foresight=" ".join(map(str, config["replay"]["foresight"])),
+        heldout=config["replay"]["heldout_sequences"],
+    shell:
+        "moecache foresight --trace {input.trace} --capacity {params.capacity}"
+        " --foresight {params.foresight} --heldout-last {params.heldout} --out {output}"
+        " > {log} 2>&1"
+
+
+rule optimum_sweep:
+    output:
+        "results/replay/optimum-sweep.json",
+    log:
+        "logs/replay/optimum-sweep.log",
+    benchmark:
+        "benchmarks/replay/optimum-sweep.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        settings=settings("replay"),
+    shell:
+        "moecache optimum-sweep --settings {params.settings:q} --out {output} > {log} 2>&1"
+
+
+rule benchmark_replay:
+    output:
+        "results/replay/benchmark.json",
+    log:
+        "logs/replay/benchmark.log",
+    benchmark:
+        "benchmarks/replay/benchmark.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        settings=settings("replay"),
+    shell:
+        "moecache benchmark-replay --settings {params.settings:q} --out {output} > {log} 2>&1"
