@@ -57,6 +57,7 @@ def parse_rule(text: str) -> tuple[str, dict]:
 
 
 def make_rule(text: str, demand: Demand, capacity: int) -> EvictionPolicy:
+    demand.check_capacity(capacity)
     name, params = parse_rule(text)
     policy = policies.make(name, capacity, demand.num_experts, demand.top_k, params)
     if not isinstance(policy, EvictionPolicy):

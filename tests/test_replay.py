@@ -1,0 +1,379 @@
+"""Trace replay, bounds and the exact optimum on generated streams.
+
+Replay steps many streams at once; the harness drives one stream through Policy.plan. The
+property tests here check that both give the same counts for every lossless rule, that
+every lossless invariant holds, that B_flat <= exact optimum <= greedy <= LRU, and that
+on single requests LRU and farthest future equal libCacheSim's LRU and Belady.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import moecache
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_policies import LOSSLESS, router_probs, simulate
+
+from moecache import bound, libcachesim_ref, optimum, replay
+from moecache.demand import Demand, from_arrays, padded, read_jsonl
+from moecache.errors import MoecacheError
+from moecache.policies import make
+from moecache.policies.farthest_future import next_requests
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def demands(draw, max_experts=12, max_streams=5, max_len=40, top_k=(1, 3), probs=False):
+    """Several streams of different lengths over one layer shape, and a capacity."""
+    k = draw(st.integers(*top_k))
+    n = draw(st.integers(max(2, k), max_experts))
+    capacity = draw(st.integers(k, n))
+    hot = draw(st.integers(k, n))  # ids from a hot set, so that hits happen
+    request = st.lists(st.sampled_from(range(hot)), min_size=k, max_size=k, unique=True)
+    streams = draw(
+        st.lists(st.lists(request, min_size=1, max_size=max_len), min_size=1, max_size=max_streams)
+    )
+    requests, lengths = padded([np.array(s) for s in streams], k)
+    names = [f"s{i}" for i in range(len(streams))]
+    table = None
+    if probs:
+        seed = draw(st.integers(0, 2**32 - 1))
+        table = np.zeros((*requests.shape[:2], n), dtype=np.float32)
+        for i, stream in enumerate(streams):
+            table[i, : len(stream)] = router_probs(n, stream, seed + i)
+    return Demand(names, names, requests, lengths, n, table), streams, capacity
+
+
+def rule_text(name: str, params: dict) -> str:
+    return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
+
+
+@SETTINGS
+@given(demands(probs=True))
+def test_replay_equals_the_harness_path_for_every_rule(case):
+    """All streams stepped together give each stream's counts of the one-stream path the
+    pooled block takes (Policy.plan), fills and steady split included."""
+    demand, streams, capacity = case
+    for name, params in LOSSLESS:
+        counts = replay.run(demand, replay.make_rule(rule_text(name, params), demand, capacity))
+        for i, stream in enumerate(streams):
+            policy = make(name, capacity, demand.num_experts, demand.top_k, params)
+            probs = list(demand.probs[i, : len(stream)].astype(float))
+            single = simulate(policy, stream, probs)
+            got = (counts.insertions[i], counts.fills[i], counts.steady[i])
+            assert got == (single.insertions, single.fills, single.steady), (name, params, i)
+
+
+@SETTINGS
+@given(demands(probs=True))
+def test_every_lossless_invariant_holds(case):
+    """Per token: all requested experts resident, victims never requested by that token and
+    resident before it, nothing above capacity, copies only of misses."""
+    demand, _, capacity = case
+    for name, params in LOSSLESS:
+        counts = replay.run(
+            demand, replay.make_rule(rule_text(name, params), demand, capacity), keep=True
+        )
+        for s, length in enumerate(demand.lengths):
+            before = np.zeros(demand.num_experts, dtype=bool)
+            copies = 0
+            for t in range(length):
+                request = demand.requests[s, t]
+                after, evicted = counts.residents[s, t], counts.evictions[s, t]
+                assert after[request].all(), (name, s, t)
+                assert not evicted[request].any(), (name, s, t)
+                assert (before | ~evicted).all() and not (after & evicted).any(), (name, s, t)
+                assert after.sum() <= capacity
+                admitted = after & ~before
+                assert set(np.flatnonzero(admitted)) <= set(request), (name, s, t)
+                assert (after == ((before & ~evicted) | admitted)).all()
+                # Evict only to make room: a pool below capacity never lost an expert.
+                assert not evicted.any() or after.sum() == capacity
+                copies += admitted.sum()
+                before = after
+            assert copies == counts.insertions[s]
+
+
+@settings(max_examples=80, deadline=None)
+@given(demands(max_experts=9, max_len=14))
+def test_bounds_sandwich_the_exact_optimum(case):
+    """B_flat <= B* (exact, prefetching allowed) <= greedy farthest future <= LRU."""
+    demand, _, capacity = case
+    flat, _ = bound.flat_bound(demand, capacity)
+    best = bound.exact(demand, capacity)
+    greedy = bound.farthest_future(demand, capacity)
+    lru = replay.run(demand, make("lru", capacity, demand.num_experts, demand.top_k, {}))
+    assert (flat <= best).all() and (best <= greedy).all()
+    assert (greedy <= lru.after_fill).all()
+    assert (best >= 0).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(demands(max_experts=20, max_len=80, top_k=(1, 1)))
+def test_single_requests_equal_libcachesim(case):
+    """With one request per token the replay's LRU and farthest future are classical LRU
+    and MIN: the same misses as libCacheSim's LRU and Belady."""
+    demand, _, capacity = case
+    for rule in ("lru", "farthest-future"):
+        ours = replay.run(demand, replay.make_rule(rule, demand, capacity)).insertions.sum()
+        theirs, _ = libcachesim_ref.misses(demand, capacity, rule)
+        assert ours == theirs, rule
+
+
+def test_libcachesim_agrees_on_a_paper_shaped_stream():
+    """The same check on a long bursty stream of many single-request streams."""
+    rng = np.random.default_rng(3)
+    demand = from_arrays(optimum.generate(rng, "bursty", 24, 500, 64, 1), 64)
+    for rule in ("lru", "farthest-future"):
+        ours = replay.run(demand, replay.make_rule(rule, demand, 16)).insertions.sum()
+        assert ours == libcachesim_ref.misses(demand, 16, rule)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(demands(max_experts=10, max_len=25))
+def test_next_requests_table(case):
+    """after[t, s, j]: the next token at which request j of token t comes again; first: the
+    first token that requests each expert (never = T + 1)."""
+    demand, streams, _ = case
+    after, first, never = next_requests(demand.requests, demand.num_experts)
+    for s, stream in enumerate(streams):
+        for e in range(demand.num_experts):
+            uses = [t for t, r in enumerate(stream) if e in r]
+            assert first[s, e] == (uses[0] if uses else never)
+        for t, request in enumerate(stream):
+            for j, e in enumerate(request):
+                later = [u for u in range(t + 1, len(stream)) if e in stream[u]]
+                assert after[t, s, j] == (later[0] if later else never)
+
+
+def test_greedy_above_lru_would_be_reported_not_hidden():
+    """Gap shares: 1 for the oracle, 0 for LRU, undefined when they tie."""
+    assert replay.gap_recovered(10, 4, 4) == 1.0
+    assert replay.gap_recovered(10, 4, 10) == 0.0
+    assert replay.gap_recovered(10, 4, 7) == 0.5
+    assert replay.gap_recovered(5, 5, 5) is None
+
+
+def test_hand_checked_streams():
+    """C=2, one request per token: A B A B costs 2 (both fill); A A B B C C: 3 fills of
+    which C's evicts, so 1 copy after the first C = 2."""
+    demand = from_arrays(np.array([[[0], [1], [0], [1]], [[0], [0], [1], [1]]]), 4)
+    counts = replay.run(demand, make("lru", 2, 4, 1, {}))
+    assert counts.insertions.tolist() == [2, 2]
+    third = from_arrays(np.array([[[0], [0], [1], [1], [2], [2]]]), 4)
+    counts = replay.run(third, make("lru", 2, 4, 1, {}))
+    assert (counts.insertions[0], counts.after_fill[0], counts.steady[0]) == (3, 1, 1)
+
+
+def test_sweep_reports_greedy_against_the_optimum():
+    from moecache import sweep
+
+    settings_ = {"instances": 90, "tokens": [4, 8], "shapes": [[6, 3, 1], [8, 6, 2]]}
+    report = sweep.run(settings_, seed=1)
+    assert report["instances"] >= 90
+    assert sum(c["instances"] for c in report["cells"]) == report["instances"]
+    assert {c["kind"] for c in report["cells"]} == set(optimum.KINDS)
+    assert report["greedy_not_optimal"] == len(report["not_optimal_instances"])
+    # k = 1: greedy is Belady, optimal on every instance.
+    k1 = [c for c in report["cells"] if c["top_k"] == 1]
+    assert all(c["greedy_optimal"] == c["instances"] for c in k1)
+
+
+def test_sweep_fails_loudly_when_the_sandwich_breaks(monkeypatch):
+    """A broken optimum (one below the lower bound) stops the sweep with the instance."""
+    from moecache import sweep
+
+    monkeypatch.setattr(optimum, "exact_insertions", lambda r, n, c: np.zeros(len(r), int))
+    with pytest.raises(MoecacheError, match="B_flat .* fails"):
+        sweep.run({"instances": 9, "tokens": [6, 6], "shapes": [[6, 2, 1]]}, seed=0)
+
+
+# --- files and the command line ----------------------------------------------------------
+
+
+def write_lines(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+STREAMS = [
+    {"stream": "a", "tokens": [[0, 1], [2, 3], [0, 2], [1, 3], [4, 5], [0, 1]]},
+    {"stream": "b", "tokens": [[5, 1], [2, 3], [0, 2]]},
+]
+
+
+def test_jsonl_demand_reads_streams(tmp_path):
+    demand = read_jsonl(write_lines(tmp_path / "d.jsonl", STREAMS), 6)
+    assert demand.streams == ["a", "b"] and demand.lengths.tolist() == [6, 3]
+    assert demand.requests[1, 3:].tolist() == [[-1, -1]] * 3
+    assert demand.timed_tokens == 5 + 2
+
+
+@pytest.mark.parametrize(
+    "rows, extra, message",
+    [
+        ([{"stream": "a", "tokens": [[0, -1]]}], [], "expert -1, outside 0..5"),
+        ([{"stream": "a", "tokens": [[0, 6]]}], [], "expert 6, outside 0..5"),
+        ([{"stream": "a", "tokens": [[0, 1], [2]]}], [], "ragged demand"),
+        ([{"stream": "a", "tokens": [[0, 1]]}, {"stream": "b", "tokens": [[1]]}], [], "ragged"),
+        (
+            [{"stream": "a", "tokens": [[0, 1, 2, 3]]}],
+            [],
+            "requests 4 experts, more than the capacity 3",
+        ),
+        ([{"stream": "a", "tokens": [[1, 1]]}], [], "requests an expert twice"),
+        ([{"stream": "a"}], [], 'keys "stream" and "tokens"'),
+        ([{"stream": "a", "tokens": [[0.5]]}], [], "lists of ints"),
+        ([{"stream": "a", "tokens": [[0]]}, {"stream": "a", "tokens": [[1]]}], [], "twice"),
+        (STREAMS, ["--rule", "dwell"], "not a lossless eviction rule"),
+        (STREAMS, ["--rule", "router-logit"], "needs router probabilities"),
+        (STREAMS, ["--rule", "belady"], "unknown policy 'belady'"),
+        (STREAMS, ["--rule", "farthest-future:foresight=0"], "foresight 0 must be >= 1"),
+    ],
+)
+def test_bad_demand_is_one_line(tmp_path, rows, extra, message):
+    path = write_lines(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "out.json"
+    for command in (["replay", *extra], ["bound"], ["optimum"]):
+        if extra and command[0] != "replay":
+            continue
+        result = moecache(
+            *command, "--demand", str(path), "--experts", "6", "--capacity", "3", "--out", str(out)
+        )
+        assert result.returncode == 2, (command, result.stdout)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (command, result.stderr)
+        assert not out.exists()
+
+
+def test_malformed_json_names_the_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"stream": "a", "tokens": [[0]]}\n{"stream": \n')
+    result = moecache("replay", "--demand", str(path), "--experts", "4", "--capacity", "2")
+    assert result.returncode == 2 and f"{path}:2: not JSON" in result.stderr
+
+
+def test_replay_json_schema(tmp_path):
+    """--json prints the documented report; --out writes the same."""
+    path = write_lines(tmp_path / "d.jsonl", STREAMS)
+    out = tmp_path / "r.json"
+    result = moecache(
+        "replay",
+        "--demand",
+        str(path),
+        "--experts",
+        "6",
+        "--capacity",
+        "3",
+        "--json",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report == json.loads(out.read_text())
+    assert set(report) >= {
+        "capacity",
+        "experts",
+        "top_k",
+        "streams",
+        "tokens",
+        "timed_tokens",
+        "rules",
+        "inputs",
+        "versions",
+    }
+    assert set(report["rules"]) == {"lru", "decayed-frequency", "mean-interval", "farthest-future"}
+    lru = report["rules"]["lru"]
+    assert set(lru["totals"]) == {
+        "insertions",
+        "fills",
+        "steady",
+        "after_fill",
+        "copies_per_token",
+        "gap_recovered",
+    }
+    assert [s["stream"] for s in lru["streams"]] == ["a", "b"]
+    assert sum(s["steady"] for s in lru["streams"]) == lru["totals"]["steady"]
+    assert report["rules"]["farthest-future"]["totals"]["gap_recovered"] == 1.0
+    assert report["inputs"][0]["path"] == str(path)
+
+
+def test_optimum_and_bound_commands(tmp_path):
+    path = write_lines(tmp_path / "d.jsonl", STREAMS)
+    args = ["--demand", str(path), "--experts", "6", "--capacity", "3", "--json"]
+    exact = json.loads(moecache("optimum", *args, check=True).stdout)
+    bounds = json.loads(moecache("bound", *args, check=True).stdout)
+    t = exact["totals"]
+    assert t["b_flat"] <= t["optimum"] <= t["b_greedy"]
+    assert bounds["totals"]["b_greedy"] == t["b_greedy"]
+    assert bounds["totals"]["b_flat"] == t["b_flat"]
+    assert set(bounds["totals"]["tightest_order_counts"]) == set(bound.ORDERS)
+
+
+# --- the smoke run -----------------------------------------------------------------------
+
+
+def test_replay_agrees_with_the_closed_loop_harness(smoke_run):
+    """Replaying the trace run's demand gives every lossless run's closed-loop fills and
+    steady copies exactly, at every copy multiplier."""
+    from conftest import SMOKE, load_yaml
+
+    from moecache.demand import read_trace
+    from moecache.policies import POLICIES, EvictionPolicy
+
+    config = load_yaml(SMOKE)
+    harness = config["harness"]
+    checked = 0
+    for shard in config["corpus"]["heldout"]["shards"]:
+        trace = smoke_run / f"results/traces/{shard}/{harness['trace_run']}-x1.parquet"
+        demand = read_trace(trace)
+        pipeline = json.loads((smoke_run / f"results/replay/{shard}/replay.json").read_text())
+        for name, run in harness["runs"].items():
+            if not issubclass(POLICIES[run["policy"]], EvictionPolicy):
+                continue
+            for path in sorted((smoke_run / "results/runs" / shard).glob(f"{name}-x*.json")):
+                closed = json.loads(path.read_text())["totals"]
+                rule = rule_text(run["policy"], run.get("params", {}))
+                capacity = run.get("capacity", harness["capacity"])
+                totals = replay.report(demand, capacity, [rule])["rules"][rule]["totals"]
+                got = (totals["fills"], totals["steady"])
+                assert got == (closed["fills"], closed["steady_copies"]), path.name
+                assert totals["copies_per_token"] == pytest.approx(closed["rho"])
+                if rule in pipeline["rules"]:
+                    assert pipeline["rules"][rule]["totals"] == totals
+                checked += 1
+    assert checked >= 8  # lru (x1, x10), farthest-future on both shards, and the rest on a
+
+
+def test_replay_outputs_of_the_pipeline(smoke_run):
+    """Bounds, foresight, the sweep and the benchmark, as the pipeline wrote them."""
+    from conftest import SMOKE, load_yaml
+
+    config = load_yaml(SMOKE)
+    results = smoke_run / "results/replay"
+    for shard in config["corpus"]["heldout"]["shards"]:
+        replayed = json.loads((results / shard / "replay.json").read_text())
+        bounds = json.loads((results / shard / "bound.json").read_text())
+        t = bounds["totals"]
+        assert t["b_flat"] <= t["b_greedy"]
+        oracle = replayed["rules"]["farthest-future"]["totals"]["after_fill"]
+        assert t["b_greedy"] == oracle
+        assert sum(s["b_flat"] for s in bounds["streams"]) == t["b_flat"]
+        curve = json.loads((results / shard / "foresight.json").read_text())
+        for subset in ("heldout", "all"):
+            ks = [p["k"] for p in curve["subsets"][subset]["foresight"]]
+            assert ks == [*config["replay"]["foresight"], None]
+        everything = curve["subsets"]["all"]["copies"]
+        assert everything["lru"] == replayed["rules"]["lru"]["totals"]["after_fill"]
+        assert curve["subsets"]["heldout"]["streams"] == len(config["harness"]["restricted_layers"])
+    sweep_report = json.loads((results / "optimum-sweep.json").read_text())
+    assert sweep_report["instances"] >= config["replay"]["optimum"]["instances"]
+    bench = json.loads((results / "benchmark.json").read_text())
+    for rule in ("lru", "farthest-future"):
+        assert bench["rules"][rule]["speed_ratio"] > 0
+        assert bench["rules"][rule]["replay"]["requests_per_second"] > 0
