@@ -13,11 +13,15 @@ if not config:
     configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/harness.smk"
 include: "workflow/rules/replay.smk"
+include: "workflow/rules/paper.smk"
 
 
 rule all:

@@ -52,7 +52,9 @@ def moecache(*args: str, check=False):
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory) -> Path:
-    """The smoke config through Snakemake, once per test session."""
-    workdir = tmp_path_factory.mktemp("smoke")
+    """The smoke config through Snakemake, once per test session (in MOECACHE_SMOKE_DIR
+    when set, so that a developer can reuse an earlier run: Snakemake reruns what changed)."""
+    reuse = os.environ.get("MOECACHE_SMOKE_DIR")
+    workdir = Path(reuse) if reuse else tmp_path_factory.mktemp("smoke")
     snakemake(workdir, "all", "--cores", "1", "--resources", "gpu=1")
     return workdir

@@ -266,6 +266,70 @@ def cmd_benchmark_replay(args):
     emit(args, report, lines, sources)
 
 
+def cmd_choose(args):
+    from moecache import costs
+
+    points = costs.read_points(args.runs)
+    tau = args.tau_ms
+    if tau is None:
+        if args.bandwidth is None:
+            raise MoecacheError("give --bandwidth FILE (moecache bandwidth) or --tau-ms")
+        tau = costs.read_run(args.bandwidth)["tau_ms"]
+    tau *= args.multiplier
+    best = costs.choose(points, tau, args.max_loss)
+    ranked = sorted(points, key=lambda p: p.ms_per_token(tau))
+    report = {
+        "tau_ms": tau,
+        "max_loss": args.max_loss,
+        "choice": best.run,
+        "policies": [
+            {
+                "run": p.run,
+                "policy": p.policy,
+                "delta_nll": p.delta_nll,
+                "compute_ms": p.compute_ms,
+                "rho": p.rho,
+                "predicted_ms": p.ms_per_token(tau),
+                "admissible": p.delta_nll <= args.max_loss,
+            }
+            for p in ranked
+        ],
+        "crossovers": costs.crossovers(points),
+    }
+    lines = [
+        f"fastest within Delta NLL {args.max_loss:g} at tau {tau:.4g} ms: {best.run} "
+        f"({best.policy}), {best.ms_per_token(tau):.3f} ms/token",
+        f"{'run':20s} {'Delta NLL':>10s} {'c ms':>8s} {'rho':>6s} {'ms/token':>9s}",
+    ]
+    for row in report["policies"]:
+        mark = "" if row["admissible"] else "  (over the loss limit)"
+        lines.append(
+            f"{row['run']:20s} {row['delta_nll']:+10.4f} {row['compute_ms']:8.3f} "
+            f"{row['rho']:6.2f} {row['predicted_ms']:9.3f}{mark}"
+        )
+    emit(args, report, lines, [*args.runs, *([args.bandwidth] if args.bandwidth else [])])
+
+
+def built(builders: dict, args):
+    if args.name not in builders:
+        raise MoecacheError(f"unknown name {args.name!r} (known: {', '.join(sorted(builders))})")
+    return builders[args.name](args)
+
+
+def cmd_table(args):
+    from moecache import tables
+
+    table = built(tables.BUILDERS, args)
+    tables.write(table, args.out_dir)
+
+
+def cmd_figure(args):
+    from moecache import figures
+
+    fig, sources = built(figures.BUILDERS, args)
+    figures.write(args.name, fig, sources, args.out_dir)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="moecache", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True)
@@ -380,6 +444,31 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--trace", type=Path, help="time this harness trace instead")
     p.add_argument("--experts", type=int, help=argparse.SUPPRESS)
+
+    p = results(command("choose", cmd_choose, "the fastest policy within a loss limit"))
+    p.add_argument("--runs", nargs="+", required=True, type=Path, help="decode results at 1x")
+    p.add_argument("--bandwidth", type=Path, help="this machine's tau (moecache bandwidth)")
+    p.add_argument("--tau-ms", type=float, help="copy time per expert, instead of --bandwidth")
+    p.add_argument("--multiplier", type=float, default=1.0, help="price copies m times slower")
+    p.add_argument("--max-loss", type=float, required=True, help="largest Delta NLL allowed")
+
+    def paper_inputs(p):
+        p.add_argument("name", help="table1, table2, ... or fig1, fig2")
+        p.add_argument("--out-dir", type=Path, default=Path("figures"))
+        for role, what in (
+            ("runs", "decode results at 1x, first shard"),
+            ("scaled", "decode results at copy multipliers above 1"),
+            ("bandwidth", "copy bandwidth results, this machine's first"),
+            ("replay", "moecache replay results"),
+            ("bound", "moecache bound results"),
+            ("foresight", "moecache foresight results"),
+            ("sweep", "moecache optimum-sweep results"),
+            ("replication", "decode results at 1x, second shard"),
+        ):
+            p.add_argument(f"--{role}", nargs="*", type=Path, default=[], help=what)
+
+    paper_inputs(command("table", cmd_table, "one of the paper's tables"))
+    paper_inputs(command("figure", cmd_figure, "one of the paper's figures"))
     return top
 
 

@@ -47,3 +47,24 @@ def digest(path) -> dict:
     from pathlib import Path
 
     return {"path": str(path), "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+
+
+def sources(paths) -> dict:
+    """What a table or figure came from: every input file (path, SHA-256, and the config
+    hash and device its own results record), the config hashes and devices among them, and
+    the package versions that built it."""
+    inputs = []
+    for path in paths:
+        entry = digest(path)
+        if str(path).endswith(".json"):
+            recorded = json.loads(open(path).read())
+            for key in ("run", "multiplier", "settings_hash", "device_name"):
+                if key in recorded:
+                    entry[key] = recorded[key]
+        inputs.append(entry)
+    return {
+        "config_hashes": sorted({e["settings_hash"] for e in inputs if "settings_hash" in e}),
+        "devices": sorted({e["device_name"] for e in inputs if "device_name" in e}),
+        "versions": versions(),
+        "inputs": inputs,
+    }

@@ -1,6 +1,7 @@
 # Config validation and the helpers the rules share.
 import json
 import sys
+from pathlib import Path
 
 import jsonschema
 
@@ -77,14 +78,52 @@ def trace_input(wildcards):
     return TRACE.format(shard=wildcards.shard)
 
 
+TRACE_SHARDS = RUNS[TRACE_RUN].get("shards", SHARDS)
+FIRST_SHARD = SHARDS[0]
+SECOND_SHARD = SHARDS[1] if len(SHARDS) > 1 else None
+
+
+def runs_at_1x(shard):
+    """Every run's 1x results on `shard`."""
+    return [
+        f"results/runs/{shard}/{name}-x1.json"
+        for name, run in RUNS.items()
+        if shard in run.get("shards", SHARDS)
+    ]
+
+
+def scaled_runs():
+    """The first shard's runs at copy multipliers above 1."""
+    return [path for path in decode_outputs() if not path.endswith("-x1.json")]
+
+
+def bandwidth_files():
+    """This machine's copy bandwidth first, then any other device's measured before."""
+    own = f"results/bandwidth/{DEVICE_TAG}.json"
+    return [
+        own,
+        *sorted(set(map(str, Path("results/bandwidth").glob("*.json"))) - {own}),
+    ]
+
+
+PAPER_OUTPUTS = [
+    "figures/table1.md",
+    *expand("figures/{name}.md", name=["table2", "table3", "table_controller"]),
+    "figures/table_eviction.md",
+    "figures/table_bounds.md",
+    "figures/table_replication.md",
+    "figures/fig1.pdf",
+    "figures/fig2.pdf",
+]
+
+
 def replay_outputs():
     """Replay, bounds and foresight on every shard the trace run decodes; the sweep and the
     benchmark once."""
-    shards = RUNS[TRACE_RUN].get("shards", SHARDS)
     return [
         *expand(
             "results/replay/{shard}/{name}.json",
-            shard=shards,
+            shard=TRACE_SHARDS,
             name=["replay", "bound", "foresight"],
         ),
         "results/replay/optimum-sweep.json",
@@ -101,4 +140,5 @@ def final_outputs():
         f"results/probe/{SHARDS[0]}.json",
         *decode_outputs(),
         *replay_outputs(),
+        *PAPER_OUTPUTS,
     ]

@@ -1,0 +1,126 @@
+"""The paper's figures, drawn from the pipeline's results files (PDF and PNG, with a
+`<name>.sources.json` beside them, as for the tables)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from moecache import costs, provenance  # noqa: E402
+from moecache.atomic import atomic_file, write_json  # noqa: E402
+from moecache.errors import MoecacheError  # noqa: E402
+from moecache.tables import measured_at_multipliers, read  # noqa: E402
+
+COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
+
+
+def fig1(runs, scaled, bandwidth):
+    """Delta NLL against tokens/s: measured at 1x; equation (1) at each higher multiplier,
+    with the runs measured there drawn apart."""
+    if not bandwidth:
+        raise MoecacheError("fig1: give --bandwidth (this machine's tau)")
+    tau = read(bandwidth[0])["tau_ms"]
+    points = [costs.point(read(path)) for path in runs]
+    measured = measured_at_multipliers(scaled)
+    multipliers = [1, *sorted(measured)]
+    fig, axes = plt.subplots(
+        1, len(multipliers), figsize=(4.2 * len(multipliers), 3.8), sharey=True, squeeze=False
+    )
+    for ax, m in zip(axes[0], multipliers, strict=True):
+        for i, p in enumerate(points):
+            kind = "restricted" if p.restricts else "preserved"
+            if m == 1:
+                x, style = p.tokens_per_second, {"marker": "o"}
+            else:
+                x, style = 1e3 / p.ms_per_token(m * tau), {"marker": "^", "alpha": 0.8}
+            ax.scatter(x, p.delta_nll, color=COLORS[kind], s=36, **style)
+            # Lossless points share Delta NLL 0: stagger their labels.
+            offset = (3, 3 + 9 * (i % 3))
+            ax.annotate(
+                p.run, (x, p.delta_nll), fontsize=7, xytext=offset, textcoords="offset points"
+            )
+            if m != 1 and p.run in measured[m]:
+                ax.scatter(
+                    1e3 / measured[m][p.run],
+                    p.delta_nll,
+                    facecolors="none",
+                    edgecolors="black",
+                    marker="s",
+                    s=64,
+                )
+        ax.set_title("measured, 1x copies" if m == 1 else f"equation (1), copies {m}x slower")
+        ax.set_xlabel("tokens / s")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("Delta NLL (nats)")
+    handles = [
+        plt.Line2D([], [], color=COLORS["preserved"], marker="o", ls="", label="routing preserved"),
+        plt.Line2D(
+            [], [], color=COLORS["restricted"], marker="o", ls="", label="routing restricted"
+        ),
+        plt.Line2D([], [], color="grey", marker="^", ls="", label="predicted, c + rho m tau"),
+        plt.Line2D([], [], color="black", marker="s", mfc="none", ls="", label="measured at m"),
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle(
+        f"Quality against speed as copies get slower (tau = {tau:.3g} ms at 1x)", fontsize=10
+    )
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig, [*runs, *scaled, *bandwidth]
+
+
+def fig2(foresight_file):
+    """Share of the LRU-to-oracle gap against foresight k; causal rules as reference lines."""
+    curve = read(foresight_file)
+    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    styles = {"heldout": ("o-", "held-out sequences"), "all": ("s--", "all sequences")}
+    for name, subset in curve["subsets"].items():
+        finite = [p for p in subset["foresight"] if p["k"] is not None]
+        if subset["streams"] == 0 or any(p["gap_recovered"] is None for p in finite):
+            continue
+        marker, label = styles[name]
+        ax.plot(
+            [p["k"] for p in finite],
+            [p["gap_recovered"] for p in finite],
+            marker,
+            label=f"foresight k, {label}",
+        )
+    reference = (
+        curve["subsets"]["heldout"]
+        if curve["subsets"]["heldout"]["streams"]
+        else (curve["subsets"]["all"])
+    )
+    for i, (rule, share) in enumerate(reference["causal"].items()):
+        if share is not None:
+            ax.axhline(share, ls=":", color=f"C{i + 2}", label=f"{rule} (causal)")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("foresight k (tokens of future demand)")
+    ax.set_ylabel("share of LRU-to-oracle gap recovered")
+    ax.set_title("How far ahead eviction needs to see", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig, [foresight_file]
+
+
+def write(name: str, fig, sources, out_dir) -> None:
+    out_dir = Path(out_dir)
+    for suffix in ("pdf", "png"):
+        with atomic_file(out_dir / f"{name}.{suffix}") as tmp:
+            fig.savefig(
+                tmp, format=suffix, dpi=150, metadata={"Title": name} if suffix == "pdf" else None
+            )
+    plt.close(fig)
+    write_json(out_dir / f"{name}.sources.json", provenance.sources(sources))
+
+
+BUILDERS = {
+    "fig1": lambda a: fig1(a.runs, a.scaled, a.bandwidth),
+    "fig2": lambda a: fig2(a.foresight[0]),
+}

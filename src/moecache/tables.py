@@ -1,0 +1,283 @@
+"""The paper's tables, every cell computed from the pipeline's results files.
+
+Each table is written as CSV (one file per part, full precision), as Markdown with its
+caption, and as `<name>.sources.json` (the input files with their SHA-256, the config
+hashes and devices they record, the package versions). A table whose inputs this pipeline
+does not produce yet says so in its caption and has no rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from moecache import costs, provenance
+from moecache.atomic import atomic_file, write_json, write_text
+from moecache.errors import MoecacheError
+
+
+@dataclass
+class Table:
+    name: str
+    title: str
+    caption: str
+    parts: dict[str, pd.DataFrame] = field(default_factory=dict)  # "" is the main part
+    sources: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # lines after the tables
+
+
+def read(path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise MoecacheError(f"{path}: not a results file ({error})") from None
+
+
+def policies_frame(runs) -> pd.DataFrame:
+    rows = []
+    for path in runs:
+        p = costs.point(read(path))
+        rows.append(
+            {
+                "run": p.run,
+                "policy": p.policy,
+                "routing": "restricted" if p.restricts else "preserved",
+                "delta_nll": p.delta_nll,
+                "tokens_per_second": p.tokens_per_second,
+                "rho": p.rho,
+                "compute_ms": p.compute_ms,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def devices_frame(bandwidth) -> pd.DataFrame:
+    rows = []
+    for path in bandwidth:
+        r = read(path)
+        rows.append(
+            {
+                "device": r["device_name"],
+                "file": Path(path).stem,
+                "tau_ms": r["tau_ms"],
+                "gib_per_s": r["loop_gib_per_s"],
+                "large_copy_gib_per_s": r["large_gib_per_s"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def measured_at_multipliers(scaled) -> dict[int, dict[str, float]]:
+    """multiplier -> run -> measured ms per token, from the runs at copy multipliers > 1."""
+    measured: dict[int, dict[str, float]] = {}
+    for path in scaled:
+        r = read(path)
+        measured.setdefault(r["multiplier"], {})[r["run"]] = r["totals"]["step_ms"]
+    return measured
+
+
+def table1(runs, scaled, bandwidth) -> Table:
+    if not bandwidth:
+        raise MoecacheError("table1: give --bandwidth (the first file is this machine's tau)")
+    tau = read(bandwidth[0])["tau_ms"]
+    points = [costs.point(read(path)) for path in runs]
+    check = costs.winner_check(points, measured_at_multipliers(scaled), tau)
+    cost_rows = [
+        {
+            "multiplier": row["multiplier"],
+            "run": run,
+            "predicted_ms": row["predicted_ms"][run],
+            "measured_ms": row["measured_ms"][run],
+            "predicted_winner": run == row["predicted_winner"],
+            "measured_winner": run == row["measured_winner"],
+        }
+        for row in check
+        for run in row["runs"]
+    ]
+    notes = [
+        f"At {row['multiplier']}x (tau = {row['multiplier']} x {tau:.4g} ms): equation (1) "
+        f"predicts {row['predicted_winner']}, measured fastest {row['measured_winner']}: "
+        f"{'agree' if row['agree'] else 'DISAGREE'}."
+        for row in check
+    ]
+    return Table(
+        "table1",
+        "Table 1. Quality, speed and copies per policy; copy time per device",
+        "Left (policies): Delta NLL against the all-resident base, measured tokens/s, "
+        "steady copies per token (rho) and compute ms per token (c) at 1x on the first "
+        "shard. 'preserved' policies never change a routing decision. Right (devices): "
+        "time per expert copy (tau) and bandwidth of the per-expert copy loop, one row per "
+        "device the pipeline has run on. Cost model: ms per token predicted by equation (1), "
+        f"c + rho x m x tau with this machine's tau = {tau:.4g} ms, against the measured "
+        "ms per token of the runs repeated at each copy multiplier m.",
+        {
+            "policies": policies_frame(runs),
+            "devices": devices_frame(bandwidth),
+            "cost_model": pd.DataFrame(cost_rows),
+        },
+        [*runs, *scaled, *bandwidth],
+        notes,
+    )
+
+
+def not_produced(name: str, title: str, what: str, columns: list[str]) -> Table:
+    return Table(
+        name,
+        title,
+        f"Not produced yet: {what}. No numbers are printed until the pipeline makes them.",
+        {"": pd.DataFrame(columns=columns)},
+    )
+
+
+def table2() -> Table:
+    return not_produced(
+        "table2",
+        "Table 2. MMLU accuracy at a matched switch rate",
+        "needs MMLU through lm-eval on the pooled model, which no rule runs yet",
+        ["policy", "accuracy", "retention"],
+    )
+
+
+def table3() -> Table:
+    return not_produced(
+        "table3",
+        "Table 3. Steady transfers of routers fine-tuned for cache hits",
+        "needs the GRPO router fine-tuning runs, which no rule runs yet",
+        ["objective", "base_nll", "lru", "lru_lfu_eviction", "trained_layer"],
+    )
+
+
+def table_controller() -> Table:
+    return not_produced(
+        "table_controller",
+        "Appendix. Learned controller priced by measured copy time",
+        "needs the option-critic controller and its priced sweep, which no rule runs yet",
+        ["exchange_rate", "threshold", "delta_nll", "rho"],
+    )
+
+
+def table_eviction(replays) -> Table:
+    rows = []
+    for path in replays:
+        r = read(path)
+        for rule, result in r["rules"].items():
+            t = result["totals"]
+            rows.append(
+                {
+                    "trace": Path(path).parent.name,
+                    "rule": rule,
+                    "after_fill": t["after_fill"],
+                    "steady": t["steady"],
+                    "copies_per_token": t["copies_per_token"],
+                    "gap_recovered": t["gap_recovered"],
+                }
+            )
+    return Table(
+        "table_eviction",
+        "Appendix. Eviction rules replayed on the recorded demand",
+        "Each lossless rule replayed on the trace run's demand, per shard: steady transfers "
+        "(after_fill, insertions beyond the first C of each stream; steady, the harness's "
+        "split), steady copies per token, and the share of the gap between LRU and "
+        "farthest-future (full lookahead) each rule recovers. Learned scorers add rows here.",
+        {"": pd.DataFrame(rows)},
+        list(replays),
+    )
+
+
+def table_bounds(bounds, sweeps) -> Table:
+    rows = []
+    for path in bounds:
+        t = read(path)["totals"]
+        rows.append(
+            {
+                "trace": Path(path).parent.name,
+                "b_flat": t["b_flat"],
+                "b_greedy": t["b_greedy"],
+                "gap": t["gap"],
+                "coincide_share": t["coincide_share"],
+                "median_stream_gap": t["median_stream_gap"],
+                "streams": t["streams"],
+            }
+        )
+    sweep_rows = [
+        {
+            "instances": s["instances"],
+            "k_over_c": " ".join(map(str, s["k_over_c"])),
+            "greedy_not_optimal": s["greedy_not_optimal"],
+            "greedy_above_lru": s["greedy_above_lru"],
+        }
+        for s in map(read, sweeps)
+    ]
+    return Table(
+        "table_bounds",
+        "Appendix. Farthest-future eviction against the fewest copies possible",
+        "Per shard: the lower bound B_flat (classical MIN on the flattened stream, the "
+        "tightest of the within-token orders tried), greedy farthest-future B_greedy, their "
+        "relative gap, the share of (layer, sequence) streams where they coincide and the "
+        "median gap per stream. Sweep: greedy against the exact optimum (prefetching "
+        "allowed) on random instances; every instance where greedy is not optimal is listed "
+        "in the sweep's results file.",
+        {"": pd.DataFrame(rows), "sweep": pd.DataFrame(sweep_rows)},
+        [*bounds, *sweeps],
+    )
+
+
+def table_replication(runs, replication) -> Table:
+    if not replication:
+        return not_produced(
+            "table_replication",
+            "Appendix. Second-shard replication",
+            "the config decodes only one shard",
+            ["run", "delta_nll", "rho", "delta_nll_first", "rho_first"],
+        )
+    first = policies_frame(runs).set_index("run")
+    second = policies_frame(replication)
+    frame = second[["run", "policy", "routing", "delta_nll", "rho", "tokens_per_second"]].copy()
+    frame["delta_nll_first"] = frame["run"].map(first["delta_nll"])
+    frame["rho_first"] = frame["run"].map(first["rho"])
+    return Table(
+        "table_replication",
+        "Appendix. Second-shard replication",
+        "The same runs on a disjoint held-out shard (1x): Delta NLL, rho and tokens/s, with "
+        "the first shard's Delta NLL and rho beside them.",
+        {"": frame},
+        [*replication, *runs],
+    )
+
+
+BUILDERS = {
+    "table1": lambda a: table1(a.runs, a.scaled, a.bandwidth),
+    "table2": lambda a: table2(),
+    "table3": lambda a: table3(),
+    "table_controller": lambda a: table_controller(),
+    "table_eviction": lambda a: table_eviction(a.replay),
+    "table_bounds": lambda a: table_bounds(a.bound, a.sweep),
+    "table_replication": lambda a: table_replication(a.runs, a.replication),
+}
+
+
+def write(table: Table, out_dir) -> None:
+    out_dir = Path(out_dir)
+    source = provenance.sources(table.sources)
+    lines = [f"### {table.title}", "", table.caption, ""]
+    for part, frame in table.parts.items():
+        stem = f"{table.name}_{part}" if part else table.name
+        with atomic_file(out_dir / f"{stem}.csv") as tmp:
+            frame.to_csv(tmp, index=False)
+        if part:
+            lines += [f"**{part.replace('_', ' ')}**", ""]
+        if len(frame):
+            lines += [frame.to_markdown(index=False, floatfmt=".4g"), ""]
+        else:
+            lines += ["(no rows)", ""]
+    lines += table.notes + ([""] if table.notes else [])
+    lines.append(
+        f"Config hash {', '.join(source['config_hashes']) or 'n/a'}; device "
+        f"{', '.join(source['devices']) or 'n/a'}; moecache {source['versions']['moecache']}; "
+        f"sources in `{table.name}.sources.json`."
+    )
+    write_text(out_dir / f"{table.name}.md", "\n".join(lines) + "\n")
+    write_json(out_dir / f"{table.name}.sources.json", source)

@@ -1,0 +1,299 @@
+"""The cost model, the policy chooser, and the paper's tables and figures.
+
+Table cells are recomputed here from the raw per-sequence rows of the run files, not copied
+from the totals the tables read, so a wrong column or a stale input fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pandas as pd
+import pytest
+from conftest import SMOKE, load_yaml, moecache, snakemake
+
+from moecache import costs
+from moecache.errors import MoecacheError
+
+# --- the cost model and `moecache choose` on a constructed example ------------------------
+
+
+def write_run(folder, run, policy, delta_nll, compute_ms, rho, multiplier=1):
+    """A decode results file with just the fields the cost model reads."""
+    path = folder / f"{run}-x{multiplier}.json"
+    totals = {
+        "delta_nll": delta_nll,
+        "compute_ms": compute_ms,
+        "rho": rho,
+        "tokens_per_second": 1e3 / compute_ms,
+        "step_ms": compute_ms,
+    }
+    path.write_text(
+        json.dumps({"run": run, "policy": policy, "multiplier": multiplier, "totals": totals})
+    )
+    return path
+
+
+@pytest.fixture
+def example(tmp_path):
+    """Three lossless-or-not points whose ranking flips with the copy time:
+    lru: c 10, rho 10; ff: c 11, rho 5 (lossless); dwell: c 10.5, rho 1, loss 0.07."""
+    runs = [
+        write_run(tmp_path, "lru", "lru", 0.0, 10.0, 10.0),
+        write_run(tmp_path, "ff", "farthest-future", 0.0, 11.0, 5.0),
+        write_run(tmp_path, "dwell", "dwell", 0.07, 10.5, 1.0),
+    ]
+    bandwidth = tmp_path / "bandwidth.json"
+    bandwidth.write_text(json.dumps({"tau_ms": 0.1}))
+    return runs, bandwidth
+
+
+@pytest.mark.parametrize(
+    "tau, max_loss, expected",
+    [
+        (0.1, 0.0, "lru"),  # 11 vs 11.5: copies cheap, lru wins
+        (0.5, 0.0, "ff"),  # 15 vs 13.5
+        (0.5, 0.1, "dwell"),  # 11 beats both once its loss is allowed
+        (0.01, 0.1, "lru"),  # 10.1 vs 10.51 vs 11.05
+    ],
+)
+def test_choose_picks_the_least_predicted_time_within_the_limit(example, tau, max_loss, expected):
+    runs, _ = example
+    result = moecache(
+        "choose",
+        "--runs",
+        *map(str, runs),
+        "--tau-ms",
+        str(tau),
+        "--max-loss",
+        str(max_loss),
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["choice"] == expected
+    # The brute-force answer: every admissible policy's c + rho * tau.
+    allowed = [p for p in report["policies"] if p["delta_nll"] <= max_loss]
+    assert min(allowed, key=lambda p: p["compute_ms"] + p["rho"] * tau)["run"] == expected
+    for p in report["policies"]:
+        assert p["predicted_ms"] == pytest.approx(p["compute_ms"] + p["rho"] * tau)
+
+
+def test_choose_reads_tau_from_bandwidth_and_scales_it(example):
+    runs, bandwidth = example
+    args = ["choose", "--runs", *map(str, runs), "--bandwidth", str(bandwidth), "--max-loss", "0"]
+    assert json.loads(moecache(*args, "--json").stdout)["choice"] == "lru"  # tau 0.1
+    scaled = json.loads(moecache(*args, "--multiplier", "5", "--json").stdout)
+    assert scaled["tau_ms"] == pytest.approx(0.5) and scaled["choice"] == "ff"
+    assert "fastest within Delta NLL 0" in moecache(*args).stdout
+
+
+def test_crossovers_are_where_lines_meet(example):
+    runs, _ = example
+    points = costs.read_points(runs)
+    lru, ff, dwell = points
+    assert costs.crossover(lru, ff) == pytest.approx(0.2)  # 10 + 10t = 11 + 5t
+    assert costs.crossover(lru, dwell) == pytest.approx(0.5 / 9)
+    assert costs.crossover(lru, lru) is None
+    found = {(c["a"], c["b"]): c["tau_ms"] for c in costs.crossovers(points)}
+    assert found[("lru", "ff")] == pytest.approx(0.2)
+    # ff and dwell: 11 + 5t = 10.5 + t at t = -0.125: no crossing at a positive copy time.
+    assert ("ff", "dwell") not in found
+
+
+def test_choose_refuses_bad_input(example, tmp_path):
+    runs, _ = example
+    scaled = write_run(tmp_path, "lru", "lru", 0.0, 10.0, 10.0, multiplier=10)
+    for args, message in [
+        (
+            ["--runs", *map(str, runs), "--max-loss", "-1", "--tau-ms", "1"],
+            "no policy is admissible",
+        ),
+        (["--runs", str(scaled), "--max-loss", "0", "--tau-ms", "1"], "reads 1x runs"),
+        (["--runs", *map(str, runs), "--max-loss", "0"], "--bandwidth"),
+        (["--runs", str(tmp_path / "missing.json"), "--max-loss", "0", "--tau-ms", "1"], "missing"),
+    ]:
+        result = moecache("choose", *args)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_winner_check_compares_prediction_with_measurement(example):
+    runs, _ = example
+    points = costs.read_points(runs)
+    rows = costs.winner_check(points, {10: {"lru": 30.0, "ff": 20.0}, 50: {"lru": 9.0}}, 0.5)
+    assert len(rows) == 1  # one run alone at 50x decides nothing
+    (row,) = rows
+    assert row["predicted_winner"] == "ff" and row["measured_winner"] == "ff" and row["agree"]
+    assert row["predicted_ms"]["lru"] == pytest.approx(10 + 10 * 5)
+
+
+def test_an_unknown_table_is_one_line(tmp_path):
+    result = moecache("table", "table9", "--out-dir", str(tmp_path))
+    assert result.returncode == 2 and "unknown name 'table9'" in result.stderr
+
+
+# --- the tables and figures of the smoke run, against their run files --------------------
+
+
+def recomputed(run: dict) -> dict:
+    """A run's Table 1 numbers from its per-sequence rows."""
+    rows = run["sequences"]
+    timed = sum(r["timed_tokens"] for r in rows)
+    steps = sum(r["step_seconds"] for r in rows)
+    nll = sum(r["nll_sum"] for r in rows) / sum(r["scored"] for r in rows)
+    return {
+        "delta_nll": nll - run["base_nll"],
+        "tokens_per_second": timed / steps,
+        "rho": sum(r["steady"] for r in rows) / timed,
+        "compute_ms": 1e3 * (steps - sum(r["copy_seconds"] for r in rows)) / timed,
+        "step_ms": 1e3 * steps / timed,
+    }
+
+
+def runs_of(workdir, shard, multiplier=1):
+    return {
+        path.stem.rsplit("-x", 1)[0]: json.loads(path.read_text())
+        for path in sorted((workdir / "results/runs" / shard).glob(f"*-x{multiplier}.json"))
+    }
+
+
+def test_table1_cells_equal_their_run_files(smoke_run):
+    figures = smoke_run / "figures"
+    policies = pd.read_csv(figures / "table1_policies.csv")
+    runs = runs_of(smoke_run, "a")
+    assert sorted(policies["run"]) == sorted(runs)
+    for row in policies.itertuples():
+        expected = recomputed(runs[row.run])
+        for column in ("delta_nll", "tokens_per_second", "rho", "compute_ms"):
+            assert getattr(row, column) == pytest.approx(expected[column], rel=1e-9, abs=1e-12)
+        assert row.routing == ("restricted" if row.policy in ("dwell", "static") else "preserved")
+    devices = pd.read_csv(figures / "table1_devices.csv")
+    bandwidth = json.loads((smoke_run / "results/bandwidth/cpu.json").read_text())
+    assert devices.loc[0, "tau_ms"] == pytest.approx(bandwidth["tau_ms"])
+    assert devices.loc[0, "gib_per_s"] == pytest.approx(bandwidth["loop_gib_per_s"])
+    cost = pd.read_csv(figures / "table1_cost_model.csv")
+    tau = bandwidth["tau_ms"]
+    assert set(cost["multiplier"]) == {10}  # smoke runs lru and dwell-4 at 10x
+    for row in cost.itertuples():
+        scaled = runs_of(smoke_run, "a", row.multiplier)[row.run]
+        base = recomputed(runs[row.run])
+        assert row.predicted_ms == pytest.approx(
+            base["compute_ms"] + base["rho"] * row.multiplier * tau
+        )
+        assert row.measured_ms == pytest.approx(recomputed(scaled)["step_ms"])
+    for _, group in cost.groupby("multiplier"):
+        assert group.loc[group["predicted_ms"].idxmin(), "predicted_winner"]
+        assert group.loc[group["measured_ms"].idxmin(), "measured_winner"]
+        assert group["predicted_winner"].sum() == group["measured_winner"].sum() == 1
+    text = (figures / "table1.md").read_text()
+    for m, group in cost.groupby("multiplier"):
+        predicted = group.loc[group.predicted_winner, "run"].item()
+        measured = group.loc[group.measured_winner, "run"].item()
+        verdict = "agree" if predicted == measured else "DISAGREE"
+        assert (
+            f"At {m}x" in text
+            and f"predicts {predicted}, measured fastest {measured}: {verdict}." in text
+        )
+
+
+def test_replay_tables_equal_their_results(smoke_run):
+    figures, results = smoke_run / "figures", smoke_run / "results/replay"
+    eviction = pd.read_csv(figures / "table_eviction.csv")
+    for row in eviction.itertuples():
+        replayed = json.loads((results / row.trace / "replay.json").read_text())["rules"]
+        per_stream = sum(s["after_fill"] for s in replayed[row.rule]["streams"])
+        assert row.after_fill == per_stream
+        lru = sum(s["after_fill"] for s in replayed["lru"]["streams"])
+        oracle = sum(s["after_fill"] for s in replayed["farthest-future"]["streams"])
+        assert row.gap_recovered == pytest.approx((lru - per_stream) / (lru - oracle))
+    bounds = pd.read_csv(figures / "table_bounds.csv")
+    for row in bounds.itertuples():
+        streams = json.loads((results / row.trace / "bound.json").read_text())["streams"]
+        flat, greedy = sum(s["b_flat"] for s in streams), sum(s["b_greedy"] for s in streams)
+        assert (row.b_flat, row.b_greedy) == (flat, greedy)
+        assert row.gap == pytest.approx((greedy - flat) / flat)
+        assert row.coincide_share == pytest.approx(
+            sum(s["b_flat"] == s["b_greedy"] for s in streams) / len(streams)
+        )
+    sweep = pd.read_csv(figures / "table_bounds_sweep.csv")
+    found = json.loads((results / "optimum-sweep.json").read_text())
+    assert sweep.loc[0, "greedy_not_optimal"] == len(found["not_optimal_instances"])
+    assert sweep.loc[0, "instances"] == sum(c["instances"] for c in found["cells"])
+
+
+def test_replication_table(smoke_run):
+    table = pd.read_csv(smoke_run / "figures/table_replication.csv")
+    first, second = runs_of(smoke_run, "a"), runs_of(smoke_run, "b")
+    assert sorted(table["run"]) == sorted(second)
+    for row in table.itertuples():
+        assert row.rho == pytest.approx(recomputed(second[row.run])["rho"])
+        assert row.rho_first == pytest.approx(recomputed(first[row.run])["rho"])
+
+
+@pytest.mark.parametrize("name", ["table2", "table3", "table_controller"])
+def test_tables_without_inputs_say_so(smoke_run, name):
+    figures = smoke_run / "figures"
+    assert pd.read_csv(figures / f"{name}.csv").empty
+    assert "Not produced yet" in (figures / f"{name}.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["table1", "table_eviction", "table_bounds", "fig1", "fig2"])
+def test_every_output_records_its_sources(smoke_run, name):
+    """Config hash, versions, device and every input file with its SHA-256."""
+    sources = json.loads((smoke_run / "figures" / f"{name}.sources.json").read_text())
+    assert sources["inputs"] and {"moecache", "torch", "numpy"} <= set(sources["versions"])
+    for entry in sources["inputs"]:
+        data = (smoke_run / entry["path"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"]
+    if name in ("table1", "fig1"):
+        config_hashes = {
+            json.loads((smoke_run / e["path"]).read_text()).get("settings_hash")
+            for e in sources["inputs"]
+        } - {None}
+        assert sources["config_hashes"] == sorted(config_hashes) and sources["devices"]
+
+
+def test_figures_are_pdf_and_png(smoke_run):
+    for name in ("fig1", "fig2"):
+        assert (smoke_run / "figures" / f"{name}.pdf").read_bytes()[:4] == b"%PDF"
+        assert (smoke_run / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fig1_target_builds_only_what_it_needs(tmp_path):
+    """`snakemake figures/fig1.pdf`: the model, the first shard's gates and decode runs
+    (1x and the copy multipliers), the bandwidth, and the figure; nothing else."""
+    config = load_yaml(SMOKE)
+    result = snakemake(tmp_path, "figures/fig1.pdf", "-n", "--cores", "1", "--quiet", "rules")
+    jobs = {}
+    for line in (result.stdout + result.stderr).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+            jobs[parts[0]] = int(parts[1])
+    runs = config["harness"]["runs"]
+    first = list(config["corpus"]["heldout"]["shards"])[0]
+    on_first = [r for r in runs.values() if first in r.get("shards", [first])]
+    decodes = sum(len(r.get("multipliers", [1])) for r in on_first)
+    assert jobs == {
+        "corpus": 1,
+        "tokenizer": 1,
+        "heldout": 1,
+        "train": 1,
+        "gates": 1,
+        "decode": decodes,
+        "bandwidth": 1,
+        "fig1": 1,
+    }, result.stdout
+
+
+def test_html_report(smoke_run):
+    snakemake(smoke_run, "--report", str(smoke_run / "report.html"))
+    html = (smoke_run / "report.html").read_text(errors="replace")
+    for caption in ("Figure 1. Quality loss", "Figure 2. Share of the gap", "Table 1."):
+        assert caption in html
+
+
+def test_the_cost_model_rejects_runs_without_results(tmp_path):
+    with pytest.raises(MoecacheError, match="not a decode run"):
+        costs.read_points([tmp_path / "none.json"])

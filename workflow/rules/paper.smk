@@ -1,0 +1,172 @@
+# The paper's tables and figures, rebuilt from the results files; cheap, so run locally.
+
+
+localrules:
+    table1,
+    table,
+    table_eviction,
+    table_bounds,
+    table_replication,
+    fig1,
+    fig2,
+
+
+rule table1:
+    input:
+        runs=runs_at_1x(FIRST_SHARD),
+        scaled=scaled_runs(),
+        bandwidth=bandwidth_files(),
+    output:
+        report(
+            "figures/table1_policies.csv",
+            caption="../report/table1.rst",
+            category="Tables",
+        ),
+        report(
+            "figures/table1_devices.csv",
+            caption="../report/table1.rst",
+            category="Tables",
+        ),
+        report(
+            "figures/table1_cost_model.csv",
+            caption="../report/table1.rst",
+            category="Tables",
+        ),
+        "figures/table1.md",
+        "figures/table1.sources.json",
+    log:
+        "logs/figures/table1.log",
+    benchmark:
+        "benchmarks/figures/table1.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache table table1 --runs {input.runs} --scaled {input.scaled}"
+        " --bandwidth {input.bandwidth} --out-dir figures > {log} 2>&1"
+
+
+rule table:
+    """Tables whose inputs no rule produces yet: their captions say so."""
+    output:
+        report(
+            "figures/{name}.csv",
+            caption="../report/not_produced.rst",
+            category="Tables",
+        ),
+        "figures/{name}.md",
+        "figures/{name}.sources.json",
+    log:
+        "logs/figures/{name}.log",
+    benchmark:
+        "benchmarks/figures/{name}.tsv"
+    wildcard_constraints:
+        name="table2|table3|table_controller",
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache table {wildcards.name} --out-dir figures > {log} 2>&1"
+
+
+rule table_eviction:
+    input:
+        replay=expand("results/replay/{shard}/replay.json", shard=TRACE_SHARDS),
+    output:
+        report(
+            "figures/table_eviction.csv",
+            caption="../report/table_eviction.rst",
+            category="Tables",
+        ),
+        "figures/table_eviction.md",
+        "figures/table_eviction.sources.json",
+    log:
+        "logs/figures/table_eviction.log",
+    benchmark:
+        "benchmarks/figures/table_eviction.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache table table_eviction --replay {input.replay} --out-dir figures > {log} 2>&1"
+
+
+rule table_bounds:
+    input:
+        bound=expand("results/replay/{shard}/bound.json", shard=TRACE_SHARDS),
+        sweep="results/replay/optimum-sweep.json",
+    output:
+        report(
+            "figures/table_bounds.csv",
+            caption="../report/table_bounds.rst",
+            category="Tables",
+        ),
+        "figures/table_bounds_sweep.csv",
+        "figures/table_bounds.md",
+        "figures/table_bounds.sources.json",
+    log:
+        "logs/figures/table_bounds.log",
+    benchmark:
+        "benchmarks/figures/table_bounds.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache table table_bounds --bound {input.bound} --sweep {input.sweep}"
+        " --out-dir figures > {log} 2>&1"
+
+
+rule table_replication:
+    input:
+        runs=runs_at_1x(FIRST_SHARD),
+        replication=runs_at_1x(SECOND_SHARD) if SECOND_SHARD else [],
+    output:
+        report(
+            "figures/table_replication.csv",
+            caption="../report/table_replication.rst",
+            category="Tables",
+        ),
+        "figures/table_replication.md",
+        "figures/table_replication.sources.json",
+    log:
+        "logs/figures/table_replication.log",
+    benchmark:
+        "benchmarks/figures/table_replication.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache table table_replication --runs {input.runs}"
+        " --replication {input.replication} --out-dir figures > {log} 2>&1"
+
+
+rule fig1:
+    input:
+        runs=runs_at_1x(FIRST_SHARD),
+        scaled=scaled_runs(),
+        bandwidth=bandwidth_files(),
+    output:
+        "figures/fig1.pdf",
+        report("figures/fig1.png", caption="../report/fig1.rst", category="Figures"),
+        "figures/fig1.sources.json",
+    log:
+        "logs/figures/fig1.log",
+    benchmark:
+        "benchmarks/figures/fig1.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache figure fig1 --runs {input.runs} --scaled {input.scaled}"
+        " --bandwidth {input.bandwidth} --out-dir figures > {log} 2>&1"
+
+
+rule fig2:
+    input:
+        foresight=f"results/replay/{TRACE_SHARDS[0]}/foresight.json",
+    output:
+        "figures/fig2.pdf",
+        report("figures/fig2.png", caption="../report/fig2.rst", category="Figures"),
+        "figures/fig2.sources.json",
+    log:
+        "logs/figures/fig2.log",
+    benchmark:
+        "benchmarks/figures/fig2.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache figure fig2 --foresight {input.foresight} --out-dir figures > {log} 2>&1"
