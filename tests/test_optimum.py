@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_policies import belady_reference
 
 from moecache.errors import MoecacheError
 from moecache.optimum import KINDS, MAX_EXPERTS, exact_insertions, generate
@@ -51,28 +52,6 @@ def lru_insertions(stream, c):
                     victim = next(x for x in cache if x not in token)
                     cache.remove(victim)
             cache.append(e)
-    return misses
-
-
-def belady_insertions(stream, c):
-    """Belady's MIN for one expert per token: on a miss with a full cache evict the expert
-    asked for again farthest in the future. With k = 1 this is optimal even against
-    prefetching (any schedule can be made lazy without adding insertions)."""
-    ids = [int(t[0]) for t in stream]
-    cache: set[int] = set()
-    misses = 0
-    for t, e in enumerate(ids):
-        if e in cache:
-            continue
-        misses += 1
-        if len(cache) == c:
-
-            def next_use(x, t=t):
-                rest = ids[t + 1 :]
-                return rest.index(x) if x in rest else len(rest)
-
-            cache.remove(max(sorted(cache), key=next_use))
-        cache.add(e)
     return misses
 
 
@@ -129,7 +108,7 @@ def test_equals_belady_for_one_expert_per_token():
     for n, c in [(6, 2), (8, 3), (10, 4), (10, 9)]:
         streams = np.concatenate([generate(rng, kind, 30, 20, n, 1) for kind in KINDS])
         got = exact_insertions(streams, n, c)
-        assert got.tolist() == [belady_insertions(s, c) for s in streams]
+        assert got.tolist() == [belady_reference([int(t[0]) for t in s], c) for s in streams]
 
 
 def test_all_resident_costs_distinct_experts():

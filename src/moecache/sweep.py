@@ -37,11 +37,10 @@ def groups(settings: dict, seed: int):
 def check_group(requests: np.ndarray, experts: int, capacity: int) -> dict[str, np.ndarray]:
     """Every count of every instance of one batch, as steady traffic B."""
     demand = from_arrays(requests, experts)
-    floor = np.minimum(capacity, demand.distinct)
     lru = make("lru", capacity, experts, demand.top_k, {})
     return {
         "b_flat": bound.flat_bound(demand, capacity)[0],
-        "optimum": optimum.exact_insertions(requests, experts, capacity) - floor,
+        "optimum": bound.exact(demand, capacity),
         "greedy": bound.farthest_future(demand, capacity),
         "lru": replay.run(demand, lru).after_fill,
     }

@@ -119,6 +119,7 @@ class EvictionPolicy(Policy):
     def reset(self, future=None, streams: int = 1) -> None:
         super().reset(future)
         self.streams = streams
+        self.start = np.arange(streams)[:, None] * self.num_experts  # flat index of each row
         # 1 + the token of each expert's last request (0: never requested), so that it
         # is itself the LRU key.
         self.recency = np.zeros((streams, self.num_experts), dtype=np.int64)
@@ -153,8 +154,7 @@ class EvictionPolicy(Policy):
         """The `most` first victims per stream, as flat indices, in `priority` order
         (residents only; the current token's experts never)."""
         keys = self.priority(t, rows, probs)
-        n = self.num_experts
-        start = np.arange(rows.stop)[:, None] * n
+        n, start = self.num_experts, self.start[rows]
         if isinstance(keys, np.ndarray):
             folded = keys * n + pools.base[rows]  # sorting values beats argsort severalfold
             folded.put(at, NOT_CANDIDATE)
