@@ -55,6 +55,7 @@ def fig1(runs, scaled, bandwidth):
                 )
         ax.set_title("measured, 1x copies" if m == 1 else f"equation (1), copies {m}x slower")
         ax.set_xlabel("tokens / s")
+        ax.margins(x=0.08, y=0.2)  # room for the staggered labels
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("Delta NLL (nats)")
     handles = [
@@ -99,7 +100,7 @@ def fig2(foresight_file):
             ax.axhline(share, ls=":", color=f"C{i + 2}", label=f"{rule} (causal)")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.set_xlabel("foresight k (tokens of future demand)")
     ax.set_ylabel("share of LRU-to-oracle gap recovered")
     ax.set_title("How far ahead eviction needs to see", fontsize=10)
