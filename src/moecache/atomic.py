@@ -56,3 +56,13 @@ def write_text(path: str | Path, text: str) -> None:
 
 def write_json(path: str | Path, report: dict) -> None:
     write_text(path, json.dumps(report, indent=1, default=float) + "\n")
+
+
+def read_json(path: str | Path, what: str = "a results file") -> dict:
+    """A results file, or one line saying why it cannot be read."""
+    from moecache.errors import MoecacheError
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise MoecacheError(f"{path}: not {what} ({error})") from None

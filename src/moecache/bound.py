@@ -15,7 +15,7 @@ import statistics
 import numpy as np
 
 from moecache import optimum, replay
-from moecache.demand import PAD, Demand
+from moecache.demand import Demand
 from moecache.policies.farthest_future import FarthestFuture, next_requests
 
 # Within-token orders tried for B_flat (each request's next use: the next token asking for it).
@@ -28,7 +28,7 @@ def within_token(demand: Demand, order: str) -> np.ndarray:
     if order == "recorded":  # as the router ranked them
         return requests
     if order == "ascending-id":
-        return np.where(requests == PAD, PAD, np.sort(requests, axis=2))
+        return np.sort(requests, axis=2)  # padded tokens are all PAD, so stay so
     after = next_requests(requests, demand.num_experts)[0].transpose(1, 0, 2)
     key = after if order == "soonest-next-first" else -after
     # Stable on ties, so equal next uses keep the recorded order.
@@ -117,11 +117,18 @@ def exact(demand: Demand, capacity: int) -> np.ndarray:
     return best - np.minimum(capacity, demand.distinct)
 
 
+def sandwich(demand: Demand, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """B_flat <= B* <= B_greedy per stream."""
+    return (
+        flat_bound(demand, capacity)[0],
+        exact(demand, capacity),
+        farthest_future(demand, capacity),
+    )
+
+
 def optimum_report(demand: Demand, capacity: int) -> dict:
     """B_flat <= B* <= B_greedy per stream and in total."""
-    best = exact(demand, capacity)
-    flat, _ = flat_bound(demand, capacity)
-    upper = farthest_future(demand, capacity)
+    flat, best, upper = sandwich(demand, capacity)
     return {
         "capacity": capacity,
         "experts": demand.num_experts,

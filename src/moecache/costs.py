@@ -10,10 +10,9 @@ winner can change only where two lines cross, at tau_ij = (c_j - c_i) / (rho_i -
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
+from moecache.atomic import read_json
 from moecache.errors import MoecacheError
 
 
@@ -34,10 +33,7 @@ class Policy:
 
 
 def read_run(path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise MoecacheError(f"{path}: not a decode run's results ({error})") from None
+    return read_json(path, "a decode run's results")
 
 
 def point(report: dict) -> Policy:

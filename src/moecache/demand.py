@@ -49,17 +49,6 @@ class Demand:
         seen[rows, np.where(self.requests == PAD, self.num_experts, self.requests)] = True
         return seen[:, :-1].sum(axis=1)
 
-    def subset(self, keep: np.ndarray) -> Demand:
-        keep = np.asarray(keep, dtype=bool)
-        return Demand(
-            [s for s, k in zip(self.streams, keep, strict=True) if k],
-            [s for s, k in zip(self.sequences, keep, strict=True) if k],
-            self.requests[keep],
-            self.lengths[keep],
-            self.num_experts,
-            None if self.probs is None else self.probs[keep],
-        )
-
     def check_capacity(self, capacity: int) -> None:
         if not 0 < capacity <= self.num_experts:
             raise MoecacheError(

@@ -19,12 +19,7 @@ def heldout_mask(demand: Demand, last: int) -> np.ndarray:
 
 
 def curve(demand: Demand, capacity: int, ks: list[int], heldout_last: int) -> dict:
-    causal = [
-        r
-        for r in replay.lossless_rules()
-        if r not in ("lru", "farthest-future")
-        and (demand.probs is not None or not replay.needs_probs(r))
-    ]
+    causal = [r for r in replay.lossless_rules(demand) if r not in ("lru", "farthest-future")]
     rules = {
         "lru": "lru",
         "oracle": "farthest-future",

@@ -36,9 +36,15 @@ class Counts:
     evictions: np.ndarray | None = None  # [streams, T, N] victims of each token, when kept
 
 
-def lossless_rules() -> list[str]:
-    """Every eviction rule in the registry (learned scorers join by registering)."""
-    return [name for name, cls in policies.POLICIES.items() if issubclass(cls, EvictionPolicy)]
+def lossless_rules(demand: Demand | None = None) -> list[str]:
+    """Every eviction rule in the registry (learned scorers join by registering); given a
+    demand, those it can run (rules reading router probabilities need them recorded)."""
+    return [
+        name
+        for name, cls in policies.POLICIES.items()
+        if issubclass(cls, EvictionPolicy)
+        and (demand is None or demand.probs is not None or not cls.needs_probs)
+    ]
 
 
 def parse_rule(text: str) -> tuple[str, dict]:
@@ -120,7 +126,7 @@ def gap_recovered(lru: int, oracle: int, rule: int) -> float | None:
 def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dict:
     """Counts per stream and in total for each rule, with the share of the gap between LRU
     and farthest-future (full lookahead) that each rule recovers."""
-    rules = rules or [r for r in lossless_rules() if demand.probs is not None or not needs_probs(r)]
+    rules = rules or lossless_rules(demand)
     counts = {text: run(demand, make_rule(text, demand, capacity)) for text in rules}
     for reference in ("lru", "farthest-future"):
         if reference not in counts:
@@ -168,7 +174,3 @@ def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dic
         "timed_tokens": timed,
         "rules": out,
     }
-
-
-def needs_probs(text: str) -> bool:
-    return policies.POLICIES[parse_rule(text)[0]].needs_probs

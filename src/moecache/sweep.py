@@ -38,10 +38,11 @@ def check_group(requests: np.ndarray, experts: int, capacity: int) -> dict[str, 
     """Every count of every instance of one batch, as steady traffic B."""
     demand = from_arrays(requests, experts)
     lru = make("lru", capacity, experts, demand.top_k, {})
+    flat, best, greedy = bound.sandwich(demand, capacity)
     return {
-        "b_flat": bound.flat_bound(demand, capacity)[0],
-        "optimum": bound.exact(demand, capacity),
-        "greedy": bound.farthest_future(demand, capacity),
+        "b_flat": flat,
+        "optimum": best,
+        "greedy": greedy,
         "lru": replay.run(demand, lru).after_fill,
     }
 

@@ -8,7 +8,6 @@ does not produce yet says so in its caption and has no rows.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pandas as pd
 
 from moecache import costs, provenance
 from moecache.atomic import atomic_file, write_json, write_text
+from moecache.atomic import read_json as read
 from moecache.errors import MoecacheError
 
 
@@ -27,13 +27,6 @@ class Table:
     parts: dict[str, pd.DataFrame] = field(default_factory=dict)  # "" is the main part
     sources: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # lines after the tables
-
-
-def read(path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise MoecacheError(f"{path}: not a results file ({error})") from None
 
 
 def policies_frame(runs) -> pd.DataFrame:

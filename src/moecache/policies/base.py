@@ -118,7 +118,6 @@ class EvictionPolicy(Policy):
 
     def reset(self, future=None, streams: int = 1) -> None:
         super().reset(future)
-        self.streams = streams
         self.start = np.arange(streams)[:, None] * self.num_experts  # flat index of each row
         # 1 + the token of each expert's last request (0: never requested), so that it
         # is itself the LRU key.
