@@ -28,6 +28,7 @@ chown munge:munge /run/munge
 [ -s /etc/munge/munge.key ] || mungekey --create
 if [ ! -S /run/munge/munge.socket.2 ]; then
     su -s /bin/sh munge -c "munged --force"
+    for _ in $(seq 30); do [ -s /run/munge/munged.pid ] && break; sleep 1; done
     started+=("$(cat /run/munge/munged.pid)")
 fi
 mem=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 2048))
@@ -61,12 +62,15 @@ CONF
 # No GPU here: one count-only gres stands in, so GPU rules can be scheduled.
 printf 'AutoDetect=off\nNodeName=localhost Name=gpu File=/dev/null Count=1\n' \
     > /etc/slurm/gres.conf
-slurmctld
-slurmd
-started+=("$(cat "$STATE/slurmctld.pid")" "$(cat "$STATE/slurmd.pid")")
-for _ in $(seq 30); do sinfo -h -o %T 2>/dev/null | grep -qx idle && break; sleep 1; done
+# In the foreground (-D) and backgrounded here, so their pids are known at once: a daemonised
+# slurmd writes its pid file a moment later, and a loaded machine lost that race.
+slurmctld -D >"$STATE/log/slurmctld.out" 2>&1 &
+started+=("$!")
+slurmd -D >"$STATE/log/slurmd.out" 2>&1 &
+started+=("$!")
+for _ in $(seq 60); do sinfo -h -o %T 2>/dev/null | grep -qx idle && break; sleep 1; done
 sinfo -h -o %T | grep -qx idle || {
-    echo "slurm test: node did not come up"; tail "$STATE"/log/*.log; exit 1
+    echo "slurm test: node did not come up"; tail "$STATE"/log/*; exit 1
 }
 echo "slurm test: one-node cluster up ($(sinfo -V))"
 
