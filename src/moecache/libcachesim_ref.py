@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -45,21 +47,31 @@ def write_oracle_general(keys: np.ndarray, path: Path) -> None:
     records.tofile(path)
 
 
-def misses(demand: Demand, capacity: int, rule: str, repeats: int = 1) -> tuple[int, float]:
-    """libCacheSim's misses on the flattened demand, and its best time over `repeats`
-    (the trace walk itself, from opening the reader to the result)."""
-    import libcachesim
-
+@contextmanager
+def oracle_trace(demand: Demand) -> Iterator[tuple[Path, int]]:
+    """The demand flattened into a temporary oracleGeneral file, and its request count:
+    written once, so a benchmark's rounds time libCacheSim's walk and not our writer."""
     keys = flat_keys(demand)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "demand.oracleGeneral.bin"
         write_oracle_general(keys, path)
-        best, missed = float("inf"), None
-        for _ in range(repeats):
-            start = time.perf_counter()
-            reader = libcachesim.TraceReader(str(path), libcachesim.TraceType.ORACLE_GENERAL_TRACE)
-            cache = getattr(libcachesim, ALGORITHMS[rule])(cache_size=capacity)
-            ratio, _ = cache.process_trace(reader)
-            best = min(best, time.perf_counter() - start)
-            missed = round(ratio * len(keys))
-    return missed, best
+        yield path, len(keys)
+
+
+def simulate(trace: tuple[Path, int], capacity: int, rule: str) -> tuple[int, float]:
+    """libCacheSim's misses on an oracle trace, and the seconds from opening the reader to
+    the result."""
+    import libcachesim
+
+    path, requests = trace
+    start = time.perf_counter()
+    reader = libcachesim.TraceReader(str(path), libcachesim.TraceType.ORACLE_GENERAL_TRACE)
+    cache = getattr(libcachesim, ALGORITHMS[rule])(cache_size=capacity)
+    ratio, _ = cache.process_trace(reader)
+    return round(ratio * requests), time.perf_counter() - start
+
+
+def misses(demand: Demand, capacity: int, rule: str) -> int:
+    """libCacheSim's misses on the flattened demand."""
+    with oracle_trace(demand) as trace:
+        return simulate(trace, capacity, rule)[0]
