@@ -49,14 +49,14 @@ def failures(report: dict) -> list[str]:
     base = report["base"]["nll"]
     found = []
     gap = abs(base - report["batched_nll"])
-    if gap > BATCHED_TOLERANCE:
+    if not gap <= BATCHED_TOLERANCE:  # written so that a NaN fails too
         found.append(
             f"teacher-forced NLL {base:.6f} vs batched {report['batched_nll']:.6f} "
             f"(|diff| {gap:.2e} > {BATCHED_TOLERANCE:.0e})"
         )
     for name, totals in report["runs"].items():
         gap = abs(totals["nll"] - base)
-        if gap > POOL_TOLERANCE:
+        if not gap <= POOL_TOLERANCE:
             found.append(
                 f"{name} NLL {totals['nll']:.6f} vs base {base:.6f} "
                 f"(|diff| {gap:.2e} > {POOL_TOLERANCE:.0e})"
