@@ -17,9 +17,10 @@ $(STAMP): envs/requirements.txt envs/requirements-dev.txt envs/constraints.txt p
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-# The main job: the whole DAG on the embedded default config.
+# The main job: the whole DAG on the embedded default config, then its HTML report.
 run: venv
 	snakemake all --cores 1 --resources gpu=1
+	snakemake --report report.html
 
 # The test suite: static checks, then the tests (which include the smoke pipeline).
 test: venv lint pytest

@@ -247,12 +247,23 @@ def test_every_output_records_its_sources(smoke_run, name):
     for entry in sources["inputs"]:
         data = (smoke_run / entry["path"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == entry["sha256"]
-    if name in ("table1", "fig1"):
-        config_hashes = {
-            json.loads((smoke_run / e["path"]).read_text()).get("settings_hash")
-            for e in sources["inputs"]
-        } - {None}
-        assert sources["config_hashes"] == sorted(config_hashes) and sources["devices"]
+    # Replay results name the config hash and device of the run that recorded their trace.
+    config_hashes = {
+        json.loads((smoke_run / e["path"]).read_text()).get("settings_hash")
+        for e in sources["inputs"]
+    } - {None}
+    assert config_hashes and sources["config_hashes"] == sorted(config_hashes)
+    assert sources["devices"]
+
+
+def test_replay_results_name_the_run_of_their_trace(smoke_run):
+    trace_run = json.loads((smoke_run / "results/runs/a/lru-x1.json").read_text())
+    for name in ("replay", "bound", "foresight"):
+        report = json.loads((smoke_run / f"results/replay/a/{name}.json").read_text())
+        assert report["inputs"][0]["path"].endswith("traces/a/lru-x1.parquet")
+        assert (report["run"], report["multiplier"]) == ("lru", 1)
+        assert report["settings_hash"] == trace_run["settings_hash"]
+        assert report["device_name"] == trace_run["device_name"]
 
 
 def test_figures_are_pdf_and_png(smoke_run):

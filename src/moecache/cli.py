@@ -150,11 +150,14 @@ def read_demand(args):
     return demand.read_jsonl(args.demand, args.experts), args.demand
 
 
-def emit(args, report: dict, summary: list[str], sources=()) -> None:
-    """The report as JSON (--json on stdout, --out to a file) or as summary lines."""
+def emit(args, report: dict, summary: list[str], sources=(), origin=None) -> None:
+    """The report as JSON (--json on stdout, --out to a file) or as summary lines.
+    `origin`: the config hash and device the numbers trace back to (a trace's run, or the
+    settings and machine of a sweep or benchmark)."""
     from moecache import provenance
     from moecache.atomic import write_json
 
+    report.update(origin or {})
     report.update(
         inputs=[provenance.digest(path) for path in sources], versions=provenance.versions()
     )
@@ -183,7 +186,7 @@ def cmd_replay(args):
             f"{rule:34s} {t['fills']:7d} {t['steady']:8d} {rate:>9s} "
             f"{percent(t['gap_recovered']):>7s}"
         )
-    emit(args, report, lines, [source])
+    emit(args, report, lines, [source], demand.origin)
 
 
 def cmd_bound(args):
@@ -201,6 +204,7 @@ def cmd_bound(args):
             f"of {t['streams']} streams; median stream gap {percent(t['median_stream_gap'])}"
         ],
         [source],
+        demand.origin,
     )
 
 
@@ -212,7 +216,7 @@ def cmd_optimum(args):
     lines = [f"{'stream':24s} {'B_flat':>7s} {'optimum':>8s} {'greedy':>7s}"]
     for r in report["streams"]:
         lines.append(f"{r['stream']:24s} {r['b_flat']:7d} {r['optimum']:8d} {r['b_greedy']:7d}")
-    emit(args, report, lines, [source])
+    emit(args, report, lines, [source], demand.origin)
 
 
 def cmd_foresight(args):
@@ -227,11 +231,11 @@ def cmd_foresight(args):
         )
         causal = ", ".join(f"{r} {percent(s)}" for r, s in subset["causal"].items())
         lines.append(f"{name} ({subset['streams']} streams): foresight {points}; causal {causal}")
-    emit(args, report, lines, [source])
+    emit(args, report, lines, [source], demand.origin)
 
 
 def cmd_optimum_sweep(args):
-    from moecache import sweep
+    from moecache import provenance, sweep
 
     settings = load_settings(args, ("replay",))
     report = sweep.run(settings["replay"]["optimum"], settings["seed"])
@@ -242,11 +246,12 @@ def cmd_optimum_sweep(args):
             f"{report['instances']} instances (k/C {report['k_over_c']}): greedy not optimal on "
             f"{report['greedy_not_optimal']}, above LRU on {report['greedy_above_lru']}"
         ],
+        origin=provenance.stamp(settings, "cpu"),
     )
 
 
 def cmd_benchmark_replay(args):
-    from moecache import replay_benchmark
+    from moecache import provenance, replay_benchmark
 
     settings = load_settings(args, ("replay",))
     bench = settings["replay"]["benchmark"]
@@ -263,7 +268,7 @@ def cmd_benchmark_replay(args):
             f"{r['libcachesim']['requests_per_second'] / 1e6:.2f} M req/s "
             f"(ratio {r['speed_ratio']:.2f})"
         )
-    emit(args, report, lines, sources)
+    emit(args, report, lines, sources, provenance.stamp(settings, "cpu"))
 
 
 def cmd_choose(args):

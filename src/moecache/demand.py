@@ -9,16 +9,18 @@ Streams are held padded in one array so replay can step through all of them at o
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from moecache.errors import MoecacheError
 
 PAD = -1  # requests[s, t] past the end of stream s
+ORIGIN_KEY = b"moecache.origin"  # a trace's Parquet metadata: the run that recorded it
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Demand:
     lengths: np.ndarray  # [streams] tokens per stream
     num_experts: int
     probs: np.ndarray | None = None  # [streams, T, N] router probabilities, when recorded
+    origin: dict = field(default_factory=dict)  # run, config hash and device of a trace
 
     @property
     def top_k(self) -> int:
@@ -103,9 +106,15 @@ def read_trace(path, num_experts: int | None = None) -> Demand:
     table = np.zeros((*requests.shape[:2], width), dtype=np.float32)
     for s, p in enumerate(probs):
         table[s, : len(p)] = p
-    demand = Demand(streams, sequences, requests, lengths, width, table)
+    demand = Demand(streams, sequences, requests, lengths, width, table, trace_origin(path))
     check(demand, str(path))
     return demand
+
+
+def trace_origin(path) -> dict:
+    """The run a trace's metadata names (empty for a trace written without it)."""
+    recorded = pq.read_schema(path).metadata or {}
+    return json.loads(recorded[ORIGIN_KEY]) if ORIGIN_KEY in recorded else {}
 
 
 def read_jsonl(path, num_experts: int) -> Demand:

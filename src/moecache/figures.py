@@ -45,13 +45,11 @@ def fig1(runs, scaled, bandwidth):
                 p.run, (x, p.delta_nll), fontsize=7, xytext=offset, textcoords="offset points"
             )
             if m != 1 and p.run in measured[m]:
+                # The run repeated at m, joined to its prediction so each square has a name.
+                real = 1e3 / measured[m][p.run]
+                ax.plot([x, real], [p.delta_nll] * 2, color="grey", lw=0.8, ls=":")
                 ax.scatter(
-                    1e3 / measured[m][p.run],
-                    p.delta_nll,
-                    facecolors="none",
-                    edgecolors="black",
-                    marker="s",
-                    s=64,
+                    real, p.delta_nll, facecolors="none", edgecolors="black", marker="s", s=64
                 )
         ax.set_title("measured, 1x copies" if m == 1 else f"equation (1), copies {m}x slower")
         ax.set_xlabel("tokens / s")
@@ -64,7 +62,17 @@ def fig1(runs, scaled, bandwidth):
             [], [], color=COLORS["restricted"], marker="o", ls="", label="routing restricted"
         ),
         plt.Line2D([], [], color="grey", marker="^", ls="", label="predicted, c + rho m tau"),
-        plt.Line2D([], [], color="black", marker="s", mfc="none", ls="", label="measured at m"),
+        plt.Line2D(
+            [],
+            [],
+            color="grey",
+            marker="s",
+            mec="black",
+            mfc="none",
+            ls=":",
+            lw=0.8,
+            label="measured at m, joined to its prediction",
+        ),
     ]
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle(

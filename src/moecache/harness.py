@@ -11,11 +11,14 @@ import statistics
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
 from moecache import corpus, decode, gates, profile, provenance
 from moecache import model as models
 from moecache.atomic import atomic_file, write_json
+from moecache.demand import ORIGIN_KEY
 from moecache.errors import MoecacheError
 from moecache.policies import Plan
 from moecache.pool import ExpertPool
@@ -136,19 +139,24 @@ def run_decode(
         "sequences": result["sequences"],
         **provenance.stamp(settings, harness["device"]),
     }
-    write_trace(result["trace"], trace_out)
+    origin = {k: report[k] for k in ("run", "multiplier", "settings_hash", "device_name")}
+    write_trace(result["trace"], trace_out, origin)
     write_json(out, report)
     return report
 
 
-def write_trace(trace: list[dict], path) -> None:
-    """Per layer and token: requested experts, experts used, router probabilities."""
+def write_trace(trace: list[dict], path, origin: dict) -> None:
+    """Per layer and token: requested experts, experts used, router probabilities. The
+    file's metadata records the run that made it (`origin`), so that what is computed from
+    the trace alone can still name its config hash and device."""
     frame = pd.DataFrame(
         trace, columns=["sequence", "layer", "token", "requested", "used", "probs"]
     )
     frame["probs"] = frame["probs"].map(lambda p: p.astype("float32"))
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    metadata = {**table.schema.metadata, ORIGIN_KEY: json.dumps(origin).encode()}
     with atomic_file(path) as tmp:
-        frame.to_parquet(tmp, index=False)
+        pq.write_table(table.replace_schema_metadata(metadata), tmp)
 
 
 def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
