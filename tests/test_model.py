@@ -53,9 +53,13 @@ def test_embedded_config_is_olmoe(tok_dir, smoke_config):
     assert mlp.gate.top_k == arch["num_experts_per_tok"] and not config.norm_topk_prob
 
 
-def test_training_is_reproducible(tmp_path, tok_dir, texts, smoke_config):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_training_is_reproducible(tmp_path, tok_dir, texts, smoke_config, threads):
+    # Two threads and a larger batch: the setting in which MoE gradients once summed in
+    # thread order and two runs of the same seed parted after a few steps.
+    smoke_config["training"].update(threads=threads, batch_size=16, seq_len=64)
     for name, seed in [("a", 0), ("b", 0), ("c", 1)]:
-        train.train(tiny_settings(smoke_config, seed), tok_dir, texts, tmp_path / name)
+        train.train(tiny_settings(smoke_config, seed, steps=6), tok_dir, texts, tmp_path / name)
     a, b, c = (load_file(tmp_path / n / "model.safetensors") for n in "abc")
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)

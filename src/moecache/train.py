@@ -22,12 +22,25 @@ def token_stream(tok, texts: list[str]) -> torch.Tensor:
 
 
 def train(settings: dict, tokenizer_dir: str | Path, texts: list[str], out_dir: str | Path):
-    """Train from `settings` (sections seed, model, training); save with save_pretrained."""
+    """Train from `settings` (sections seed, model, training); save with save_pretrained.
+    Bit for bit reproducible for a given seed and thread count."""
+    training = settings["training"]
+    torch.manual_seed(settings["seed"])
+    torch.set_num_threads(training["threads"])
+    # With more than one thread, accumulating ops in the MoE backward sum gradients in
+    # whatever order the threads finish, and the weights drift apart within a few steps.
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        return fit(settings, tokenizer_dir, texts, out_dir)
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic)
+
+
+def fit(settings: dict, tokenizer_dir, texts: list[str], out_dir) -> dict:
     from transformers import OlmoeForCausalLM, get_cosine_schedule_with_warmup
 
     training, arch = settings["training"], settings["model"]["architecture"]
-    torch.manual_seed(settings["seed"])
-    torch.set_num_threads(training["threads"])
     tok = tokenizers.load(tokenizer_dir)
     stream = token_stream(tok, texts)
     seq_len, batch = training["seq_len"], training["batch_size"]
