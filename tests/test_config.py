@@ -32,10 +32,22 @@ BAD = [
     ("model.architecture.num_experts_per_tok", 20, "model.architecture.num_experts_per_tok"),
     ("corpus.heldout.shards", {"a": 0, "b": 2}, "corpus.heldout.shards.b"),
     ("corpus.heldout.max_tokens", 65, "corpus.heldout.max_tokens"),
+    # Cross-key rules the workflow relies on when it builds its DAG.
+    ("harness.trace_run", "lru-1", "harness.trace_run: 'lru-1' is not a run"),
+    ("harness.trace_run", "static", "harness.trace_run: 'static' restricts routing"),
+    ("harness.runs.lru.shards", ["b"], "harness.runs.lru.multipliers"),
+    ("harness.probe.window", 0, "harness.probe"),
 ]
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "olmoe.yaml", "smoke.yaml"])
+CONFIGS = sorted(path.name for path in (REPO / "config").glob("*.yaml"))
+
+
+def test_every_config_is_tested():
+    assert {"config.yaml", "olmoe.yaml", "rehearsal.yaml", "smoke.yaml"} <= set(CONFIGS)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
 def test_shipped_configs_are_valid(name):
     configs.load(REPO / "config" / name)
 

@@ -208,6 +208,6 @@ def test_bad_policy_parameters_in_config(smoke_config):
     runs.pop("bad")
     smoke_config["harness"]["trace_run"] = "dwell-4"
     with pytest.raises(
-        configs.ConfigError, match="harness.trace_run: 'dwell-4' must be a lossless run"
+        configs.ConfigError, match="harness.trace_run: 'dwell-4' restricts routing"
     ):
         configs.validate(smoke_config)

@@ -124,8 +124,27 @@ def check_runs(config: dict) -> None:
 
     arch, harness = config["model"]["architecture"], config["harness"]
     shards = config["corpus"]["heldout"]["shards"]
-    for name, run in harness["runs"].items():
-        where = f"config key harness.runs.{name}"
+    first = next(iter(shards))
+    trace = harness["runs"].get(harness["trace_run"])
+    if trace is None:
+        raise ConfigError(
+            f"config key harness.trace_run: {harness['trace_run']!r} is not a run "
+            f"(runs: {', '.join(harness['runs'])})"
+        )
+    if policies.POLICIES.get(trace["policy"], policies.Policy).restricts:
+        raise ConfigError(
+            f"config key harness.trace_run: {harness['trace_run']!r} restricts routing; the "
+            "replay and the farthest-future runs need a lossless run's demand"
+        )
+    if not any(first in run.get("shards", shards) for run in harness["runs"].values()):
+        raise ConfigError(
+            f"config key harness.runs: no run decodes the first shard {first!r}, which "
+            "Table 1 and Figure 1 read"
+        )
+    # The layer probe decodes with Dwell-k at its own k and window.
+    probe = {"policy": "dwell", "params": dict(harness["probe"]), "where": "harness.probe"}
+    for name, run in {**harness["runs"], "probe": probe}.items():
+        where = f"config key {run.get('where', f'harness.runs.{name}')}"
         capacity = run.get("capacity", harness["capacity"])
         try:
             policy = policies.make(
@@ -140,14 +159,14 @@ def check_runs(config: dict) -> None:
         for shard in run.get("shards", []):
             if shard not in shards:
                 raise ConfigError(f"{where}.shards: no held-out shard {shard!r}")
+        scaled = [m for m in run.get("multipliers", [1]) if m > 1]
+        if scaled and first not in run.get("shards", shards):
+            raise ConfigError(
+                f"{where}.multipliers: copy multipliers above 1 run on the first shard "
+                f"{first!r}, which this run does not decode"
+            )
         if policy.needs_future:
-            source = harness["runs"].get(harness["trace_run"])
-            if source is None or policies.POLICIES[source["policy"]].restricts:
-                raise ConfigError(
-                    f"config key harness.trace_run: {harness['trace_run']!r} must be a lossless "
-                    f"run, for {name} to read its trace"
-                )
-            if not set(run.get("shards", shards)) <= set(source.get("shards", shards)):
+            if not set(run.get("shards", shards)) <= set(trace.get("shards", shards)):
                 raise ConfigError(f"{where}.shards: {harness['trace_run']} has no trace there")
 
 

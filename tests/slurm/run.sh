@@ -9,6 +9,7 @@ WORK=$(mktemp -d /tmp/moecache-slurm.XXXXXX)
 STATE="$WORK/state"
 TARGETS=(results/runs/a/lru-x1.json results/runs/a/farthest-future-x1.json
          results/runs/a/dwell-4-x1.json)
+REHEARSAL_TARGETS=(results/runs/a/lru-x1.json results/runs/a/farthest-future-x1.json)
 
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
     echo "slurm test: installing Debian's slurm-wlm and munge"
@@ -82,13 +83,26 @@ echo "slurm test: the same targets through workflow/profiles/slurm"
 # account (job status comes from squeue, as the profile sets); GPU rules on the gpu partition
 # with the memory this machine has.
 gpu_rules=(gates decode)
-snakemake --directory "$WORK/slurm" "${smoke[@]}" \
-    --workflow-profile "$REPO/workflow/profiles/slurm" \
-    --default-resources slurm_partition=cpu runtime=30 mem_mb=4000 \
+slurm_options=(--workflow-profile "$REPO/workflow/profiles/slurm"
+    --default-resources slurm_partition=cpu runtime=30 mem_mb=4000
     --set-resources $(for r in "${gpu_rules[@]}"; do
-        printf '%s:slurm_partition=gpu %s:mem_mb=4000 ' "$r" "$r"; done) \
-    --slurm-init-seconds-before-status-checks 2 --slurm-keep-successful-logs --quiet
+        printf '%s:slurm_partition=gpu %s:mem_mb=4000 ' "$r" "$r"; done)
+    --slurm-init-seconds-before-status-checks 2 --slurm-keep-successful-logs --quiet)
+snakemake --directory "$WORK/slurm" "${smoke[@]}" "${slurm_options[@]}"
 
 python "$REPO/tests/slurm/compare.py" "$WORK/local" "$WORK/slurm" "${TARGETS[@]}"
+
+# The paper's pretrained path, rehearsed: config/rehearsal.yaml on a tiny OLMoE checkpoint in
+# the hub's layout and a local text file (no tokenizer or training jobs).
+rehearsal=(-s "$REPO/Snakefile" "${REHEARSAL_TARGETS[@]}" --configfile "$REPO/config/rehearsal.yaml")
+for side in local-rehearsal slurm-rehearsal; do
+    mkdir -p "$WORK/$side" && (cd "$WORK/$side" && python "$REPO/tests/rehearsal/build.py" rehearsal)
+done
+echo "slurm test: rehearsal config, local run"
+snakemake --directory "$WORK/local-rehearsal" "${rehearsal[@]}" --cores 1 --resources gpu=1 --quiet
+echo "slurm test: rehearsal config through workflow/profiles/slurm"
+snakemake --directory "$WORK/slurm-rehearsal" "${rehearsal[@]}" "${slurm_options[@]}"
+python "$REPO/tests/slurm/compare.py" --pretrained "$WORK/local-rehearsal" \
+    "$WORK/slurm-rehearsal" "${REHEARSAL_TARGETS[@]}"
 echo "slurm test: passed"
 rm -rf "$WORK"

@@ -29,9 +29,13 @@ CONDA_ENV = "../../envs/moecache.yaml"
 
 
 def settings(*sections):
-    """The config sections a stage reads, as JSON: the rule reruns when they change."""
+    """The config sections a stage reads, as JSON: the rule reruns when they change. A
+    section the config leaves out (a pretrained model has no `tokenizer` or `training`)
+    is left out here too: its rules are never needed."""
     keys = ("seed", "hub_offline", *sections)
-    return json.dumps({key: config[key] for key in keys}, sort_keys=True)
+    return json.dumps(
+        {key: config[key] for key in keys if key in config}, sort_keys=True
+    )
 
 
 def corpus_outputs():

@@ -1,0 +1,112 @@
+"""The paper's settings build their DAG, and their pretrained path runs end to end on the
+rehearsal config: a tiny OLMoE checkpoint in the hub's layout and a local text file, on a
+CPU with no network."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pandas as pd
+import pytest
+from conftest import REPO, load_yaml, snakemake
+
+sys.path.insert(0, str(REPO / "tests" / "rehearsal"))
+import build as rehearsal  # noqa: E402
+
+CONFIGS = sorted((REPO / "config").glob("*.yaml"))
+SLURM = ("--workflow-profile", str(REPO / "workflow/profiles/slurm"))
+REHEARSAL = REPO / "config" / "rehearsal.yaml"
+
+
+def planned_jobs(output: str) -> dict[str, int]:
+    """The job counts of a dry run's 'Job stats' table."""
+    table = output.split("Job stats:")[1].split("total")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
+
+
+def expected_decodes(config: dict) -> int:
+    shards = list(config["corpus"]["heldout"]["shards"])
+    return sum(
+        1
+        for run in config["harness"]["runs"].values()
+        for shard in run.get("shards", shards)
+        for m in run.get("multipliers", [1])
+        if m == 1 or shard == shards[0]
+    )
+
+
+@pytest.mark.parametrize("profile", [(), SLURM], ids=["local", "slurm"])
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_config_lists_its_whole_dag(tmp_path, path, profile):
+    result = snakemake(tmp_path, "all", "-n", *profile, configfile=path)
+    jobs = planned_jobs(result.stdout)
+    config = load_yaml(path)
+    pretrained = config["model"]["source"] != "embedded"
+    assert ("train" in jobs) != pretrained and ("tokenizer" in jobs) != pretrained
+    assert jobs["decode"] == expected_decodes(config)
+    for rule in ("corpus", "heldout", "gates", "replay", "bound", "table1", "fig1", "fig2"):
+        assert rule in jobs, f"{path.name}: no {rule} job"
+    assert not (tmp_path / "results").exists()
+
+
+def test_paper_dag_has_every_run_shard_and_multiplier(tmp_path):
+    result = snakemake(tmp_path, "all", "-n", configfile=REPO / "config/olmoe.yaml")
+    jobs = planned_jobs(result.stdout)
+    assert jobs["decode"] == 26 and jobs["heldout"] == 2 and jobs["gates"] == 2
+    for target in ("results/runs/a/lru-x50.json", "results/runs/b/dwell-64-x1.json"):
+        assert target in result.stdout
+
+
+@pytest.fixture(scope="module")
+def rehearsal_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("rehearsal")
+    rehearsal.build(workdir / "rehearsal")
+    snakemake(workdir, "all", "--cores", "1", "--resources", "gpu=1", configfile=REHEARSAL)
+    return workdir
+
+
+def test_rehearsal_checkpoint_has_the_hub_layout(rehearsal_run):
+    from safetensors import safe_open
+
+    config = load_yaml(REHEARSAL)
+    source = rehearsal_run / config["model"]["source"]
+    with safe_open(source / "model.safetensors", "pt") as weights:
+        names = set(weights.keys())
+    e = config["model"]["architecture"]["num_experts"]
+    for layer in config["harness"]["restricted_layers"]:
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            assert f"model.layers.{layer}.mlp.experts.{e - 1}.{proj}.weight" in names
+    assert json.loads((source / "config.json").read_text())["model_type"] == "olmoe"
+
+
+def test_rehearsal_runs_the_pretrained_path(rehearsal_run):
+    config = load_yaml(REHEARSAL)
+    # Nothing trained here: the checkpoint and its tokenizer are used as they are.
+    assert not (rehearsal_run / "results/model").exists()
+    assert not (rehearsal_run / "results/tokenizer").exists()
+    assert not (rehearsal_run / "results/corpus/train.parquet").exists()
+    # Held-out text from the local dataset, tokenized by the checkpoint's own tokenizer:
+    # no BOS token, so every document starts at the end-of-text token, as OLMoE's do.
+    texts = [json.loads(line)["text"] for line in (rehearsal_run / "rehearsal/text.jsonl").open()]
+    corpus = pd.read_parquet(rehearsal_run / "results/corpus/shard-a.parquet")
+    assert list(corpus["text"]) == texts[: config["corpus"]["heldout"]["sequences"]]
+    heldout = pd.read_parquet(rehearsal_run / "results/heldout/a.parquet")
+    tok = json.loads((rehearsal_run / config["model"]["source"] / "tokenizer.json").read_text())
+    eos = next(t["id"] for t in tok["added_tokens"] if t["content"] == rehearsal.EOS)
+    assert all(ids[0] == eos for ids in heldout["input_ids"])
+    for shard in config["corpus"]["heldout"]["shards"]:
+        gates = json.loads((rehearsal_run / f"results/gates/{shard}.json").read_text())
+        assert gates["failures"] == []
+    run = json.loads((rehearsal_run / "results/runs/a/lru-x10.json").read_text())
+    assert run["totals"]["steady_copies"] > 0 and run["multiplier"] == 10
+
+
+def test_rehearsal_builds_every_table_and_figure(rehearsal_run):
+    result = snakemake(rehearsal_run, "all", "-n", configfile=REHEARSAL)
+    assert "Nothing to be done" in result.stdout + result.stderr
+    for name in ("table1.md", "table_eviction.md", "table_bounds.md", "fig1.pdf", "fig2.pdf"):
+        assert (rehearsal_run / "figures" / name).stat().st_size > 0
+    sources = json.loads((rehearsal_run / "figures/table1.sources.json").read_text())
+    assert all(source["sha256"] for source in sources["inputs"])
