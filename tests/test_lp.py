@@ -1,0 +1,236 @@
+"""moecache.lp: the LP over bridged gaps against the exact DP (random and every sweep shape),
+against farthest-future at unit cost (the exchange argument of docs/optimum.md), a weighted
+DP and a hand counterexample with non-unit costs, its schedules and its error messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moecache import lp
+from moecache.errors import MoecacheError
+
+try:  # the modules are moving into moecache.replay
+    from moecache.replay.optimum import KINDS, exact_insertions, generate
+except ImportError:
+    from moecache.optimum import KINDS, exact_insertions, generate
+try:
+    from moecache.replay.bound import farthest_future
+except ImportError:
+    from moecache.bound import farthest_future
+try:
+    from moecache.replay.demand import PAD, Demand
+except ImportError:
+    from moecache.demand import PAD, Demand
+
+CONFIGS = [Path(__file__).parents[1] / "config" / name for name in ("config.yaml", "olmoe.yaml")]
+
+
+def check(result, expected_copies):
+    """The LP's copies equal `expected_copies`; its solution is 0/1 and dual-certified."""
+    assert result.status == "Optimal"
+    assert result.integral and result.max_fractionality <= lp.INTEGRAL_TOL
+    assert result.certified
+    assert result.copies == result.cost == expected_copies
+
+
+@st.composite
+def small_instance(draw):
+    n = draw(st.integers(1, 8))
+    k = draw(st.integers(1, min(n, 4)))
+    c = draw(st.integers(k, n))
+    t = draw(st.integers(0, 14))
+    pool = draw(st.integers(k, n))  # fewer experts in play: more reuse, more gaps
+    token = st.permutations(range(pool)).map(lambda p: list(p[:k]))
+    stream = draw(st.lists(token, min_size=t, max_size=t))
+    return np.array(stream, dtype=np.int64).reshape(t, k), n, c
+
+
+@settings(max_examples=700, deadline=None)
+@given(small_instance())
+def test_lp_equals_dp_and_greedy(instance):
+    stream, n, c = instance
+    best = int(exact_insertions(stream[None], n, c)[0])
+    check(lp.solve_stream(stream, n, c), best)
+    assert lp.greedy_stream(stream, n, c).copies == best  # farthest-future is optimal
+
+
+def test_lp_equals_dp_on_thousands_of_instances():
+    rng = np.random.default_rng(17)
+    count = 0
+    for n, c, k, t in [(4, 2, 1, 10), (6, 3, 2, 12), (8, 4, 2, 16), (8, 5, 3, 12), (7, 6, 2, 10)]:
+        streams = np.concatenate([generate(rng, kind, 200, t, n, k) for kind in KINDS])
+        result = lp.solve(streams, n, c)
+        assert result.integral and result.certified
+        np.testing.assert_array_equal(result.copies, exact_insertions(streams, n, c))
+        count += len(streams)
+    assert count == 3000
+
+
+def sweep_shapes():
+    shapes = set()
+    for path in CONFIGS:
+        config = yaml.safe_load(path.read_text())
+        shapes |= {tuple(s) for s in config["replay"]["optimum"]["shapes"]}
+        tokens = config["replay"]["optimum"]["tokens"]
+    return sorted(shapes), tokens
+
+
+def test_lp_equals_dp_on_every_sweep_shape():
+    shapes, tokens = sweep_shapes()
+    assert len(shapes) >= 14
+    rng = np.random.default_rng(42)
+    for n, c, k in shapes:
+        for t in tokens:
+            streams = np.concatenate([generate(rng, kind, 8, t, n, k) for kind in KINDS])
+            result = lp.solve(streams, n, c)
+            best = exact_insertions(streams, n, c)
+            assert result.integral and result.certified, (n, c, k, t)
+            np.testing.assert_array_equal(result.copies, best, err_msg=str((n, c, k, t)))
+            distinct = [len(np.unique(s)) for s in streams]
+            np.testing.assert_array_equal(result.after_fill, best - np.minimum(c, distinct))
+
+
+def padded_demand(rng, streams, tokens, n, k):
+    """Streams of different lengths, PAD after each one's end, as a trace gives them."""
+    requests = np.concatenate([generate(rng, kind, streams, tokens, n, k) for kind in KINDS])
+    lengths = rng.integers(tokens // 2, tokens + 1, size=len(requests))
+    for s, length in enumerate(lengths):
+        requests[s, length:] = PAD
+    names = [f"s{i}" for i in range(len(requests))]
+    return Demand(names, names, requests, lengths, n)
+
+
+@pytest.mark.parametrize(("n", "c", "k"), [(16, 4, 2), (16, 8, 4), (32, 12, 4), (64, 32, 8)])
+def test_lp_equals_farthest_future_at_unit_cost(n, c, k):
+    """Larger instances than the DP reaches: the LP, the project's FarthestFuture policy
+    (replayed, steady copies) and lp's farthest-future scan all agree."""
+    demand = padded_demand(np.random.default_rng(n * c + k), 3, 120, n, k)
+    result = lp.solve(demand.requests, n, c)
+    assert result.integral and result.certified
+    np.testing.assert_array_equal(result.after_fill, farthest_future(demand, c))
+    scan = [g.copies for g in lp.greedy(demand.requests, n, c)]
+    np.testing.assert_array_equal(result.copies, scan)
+
+
+def test_padding_is_the_end_of_a_stream():
+    rng = np.random.default_rng(3)
+    stream = generate(rng, "bursty", 1, 30, 10, 3)[0]
+    padded = np.concatenate([stream, np.full((7, 3), PAD)])
+    assert lp.solve_stream(padded, 10, 4).cost == lp.solve_stream(stream, 10, 4).cost
+    assert lp.solve_stream(np.full((5, 3), PAD), 10, 4).copies == 0
+    assert lp.solve_stream(np.zeros((0, 3), dtype=np.int64), 10, 4).copies == 0
+
+
+def realize(stream, n, c, gaps):
+    """The lazy schedule of a set of bridged gaps: R_t = S_t plus the experts of the bridged
+    gaps spanning t. Checks it is lossless and within capacity; returns its insertions."""
+    resident, insertions = set(), 0
+    for t, token in enumerate(stream):
+        held = {int(e) for e, a, b in gaps if a < t < b}
+        now = {int(e) for e in token} | held
+        assert len(now) <= c
+        insertions += len(now - resident)
+        resident = now
+    return insertions
+
+
+def test_bridged_gaps_are_a_schedule_of_that_cost():
+    rng = np.random.default_rng(5)
+    for kind in KINDS:
+        for stream in generate(rng, kind, 4, 40, 12, 3):
+            result = lp.solve_stream(stream, 12, 5, return_gaps=True)
+            assert len(result.bridged_gaps) == result.bridged
+            assert realize(stream, 12, 5, result.bridged_gaps) == result.copies
+
+
+def weighted_dp(stream, n, c, costs):
+    """The least-cost lossless schedule, prefetching allowed, by DP over all resident sets:
+    moving from R to R' costs the sum of costs over R' minus R."""
+    sets = np.arange(1 << n)
+    bits = (sets[:, None] >> np.arange(n)) & 1  # [2^N, N]
+    inserted = bits[None, :, :] & (1 - bits[:, None, :])  # [R, R', N]: in R' but not R
+    move = inserted @ np.asarray(costs, dtype=np.float64)  # [R, R']
+    ok_size = bits.sum(axis=1) <= c
+    dp = np.where(sets == 0, 0.0, np.inf)
+    for token in stream:
+        need = sum(1 << int(e) for e in token)
+        dp = (dp[:, None] + move).min(axis=0)
+        dp[~ok_size | ((sets & need) != need)] = np.inf
+    return float(dp.min())
+
+
+def test_weighted_lp_equals_weighted_dp():
+    rng = np.random.default_rng(11)
+    for n, c, k in [(4, 2, 1), (5, 3, 2), (6, 3, 1), (6, 4, 2)]:
+        for kind in KINDS:
+            for stream in generate(rng, kind, 6, 12, n, k):
+                costs = rng.choice([0.25, 0.5, 1.0, 2.0], size=n)
+                result = lp.solve_stream(stream, n, c, costs=costs)
+                assert result.integral and result.certified
+                assert result.cost == pytest.approx(weighted_dp(stream, n, c, costs))
+                for rule in lp.RULES:
+                    assert lp.greedy_stream(stream, n, c, costs, rule).cost >= result.cost - 1e-9
+
+
+def test_non_unit_costs_greedy_is_not_optimal():
+    """C = 2, one expert per token, A costs 10 and B, X cost 1: A B X B A. At X one of A, B
+    must go; farthest-future drops A (used again last) and pays 10 to reload it, the LP
+    drops B and pays 1."""
+    a, b, x = 0, 1, 2
+    stream = np.array([[a], [b], [x], [b], [a]])
+    costs = [10.0, 1.0, 1.0]
+    result = lp.solve_stream(stream, 3, 2, costs=costs, return_gaps=True)
+    assert result.cost == 13.0 and result.integral and result.certified
+    assert result.bridged_gaps.tolist() == [[a, 0, 4]]
+    assert lp.greedy_stream(stream, 3, 2, costs).cost == 22.0  # 10 + 1 + 1 + 10
+    assert lp.greedy_stream(stream, 3, 2, costs, "cheapest").cost == 13.0
+    # With equal costs the two choices tie and farthest-future is optimal again.
+    assert (
+        lp.greedy_stream(stream, 3, 2, [3.0] * 3).cost
+        == lp.solve_stream(stream, 3, 2, [3.0] * 3).cost
+    )
+
+
+def test_benchmark_runs():
+    report = lp.benchmark(num_experts=16, capacity=8, top_k=4, tokens=60, streams=2)
+    assert report["integral"] and report["certified"]
+    assert report["optimum"] == report["farthest_future"]
+    assert report["lp_seconds"] > 0
+
+
+@pytest.mark.parametrize(
+    ("requests", "n", "c", "message"),
+    [
+        ([[0, 1]], 4, 1, "capacity 1 is below the 2 experts"),
+        ([[0, 4]], 4, 2, "token 0 requests expert 4, outside 0..3"),
+        ([[0, 1], [2, -3]], 4, 2, "token 1 requests expert -3"),
+        ([[0, 1], [-1, -1], [2, 3]], 4, 2, "token 1 requests expert -1"),
+        ([[0, 1], [2, 2]], 4, 2, "token 1 requests an expert twice"),
+        ([0, 1], 4, 2, "requests must be [tokens, k]"),
+        ([[0.5]], 4, 2, "expert ids must be integers"),
+    ],
+)
+def test_errors(requests, n, c, message):
+    with pytest.raises(MoecacheError) as error:
+        lp.solve_stream(np.array(requests), n, c)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_errors_of_costs_rules_and_batches():
+    stream = np.array([[0], [1]])
+    with pytest.raises(MoecacheError, match="one per expert"):
+        lp.solve_stream(stream, 2, 1, costs=[1.0])
+    with pytest.raises(MoecacheError, match="non-negative"):
+        lp.solve_stream(stream, 2, 1, costs=[1.0, -1.0])
+    with pytest.raises(MoecacheError, match="unknown greedy rule"):
+        lp.greedy_stream(stream, 2, 1, rule="lru")
+    with pytest.raises(MoecacheError, match="stream 1: lp: token 0 requests expert 9"):
+        lp.solve(np.array([[[0]], [[9]]]), 2, 1)
+    with pytest.raises(MoecacheError, match=r"\[streams, T, k\]"):
+        lp.solve(stream, 2, 1)
