@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
-from moecache.policies import POLICIES, Plan, make
+from moecache.policies import POLICIES, ZOO, Plan, make
 
 # Every lossless rule with the parameters worth covering; "all" is added where C == N.
 LOSSLESS = [
@@ -28,6 +28,9 @@ LOSSLESS = [
     ("farthest-future", {}),
     ("farthest-future", {"foresight": 1}),
     ("farthest-future", {"foresight": 3}),
+    # The zoo of the caching literature (tests/test_zoo.py checks them against libCacheSim).
+    *[(name, {}) for name in ZOO],
+    ("clock", {"bits": 2}),
 ]
 RESTRICTING = {"dwell", "static"}
 

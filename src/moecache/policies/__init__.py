@@ -1,6 +1,7 @@
 """Cache policies: one small module each, all behind moecache.policies.base.Policy.
 
-Add a policy by writing a module with a Policy subclass and naming it in POLICIES.
+Add a policy by writing a module with a Policy subclass and naming it in POLICIES
+(docs/writing-a-rule.md shows it for an event-driven eviction rule).
 """
 
 from __future__ import annotations
@@ -9,13 +10,23 @@ import inspect
 
 from moecache.errors import MoecacheError
 from moecache.policies.all_resident import AllResident
-from moecache.policies.base import EvictionPolicy, Plan, Policy, ScheduledPolicy
+from moecache.policies.arc import ARC
+from moecache.policies.base import EventPolicy, EvictionPolicy, Plan, Policy, ScheduledPolicy
+from moecache.policies.clock import Clock
 from moecache.policies.decayed_frequency import DecayedFrequency
 from moecache.policies.dwell import Dwell, Static
 from moecache.policies.farthest_future import FarthestFuture
+from moecache.policies.fifo import FIFO
+from moecache.policies.lfu import LFU
+from moecache.policies.lirs import LIRS
 from moecache.policies.lru import LRU
 from moecache.policies.mean_interval import MeanInterval
 from moecache.policies.router_logit import RouterLogit
+from moecache.policies.s3_fifo import S3FIFO
+from moecache.policies.sieve import Sieve
+from moecache.policies.slru import SLRU
+from moecache.policies.two_q import TwoQ
+from moecache.policies.w_tinylfu import WTinyLFU
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
@@ -28,10 +39,44 @@ POLICIES: dict[str, type[Policy]] = {
         FarthestFuture,
         Dwell,
         Static,
+        # The zoo: classic per-request rules run per token (one file each, EventPolicy).
+        FIFO,
+        Clock,
+        LFU,
+        SLRU,
+        TwoQ,
+        ARC,
+        LIRS,
+        Sieve,
+        S3FIFO,
+        WTinyLFU,
     )
 }
 
-__all__ = ["POLICIES", "EvictionPolicy", "Plan", "Policy", "ScheduledPolicy", "make"]
+# Each zoo rule -> the libCacheSim class of the same algorithm (tests/test_zoo.py).
+ZOO = {
+    "fifo": "FIFO",
+    "clock": "Clock",
+    "lfu": "LFU",
+    "slru": "SLRU",
+    "two-q": "TwoQ",
+    "arc": "ARC",
+    "lirs": "LIRS",
+    "sieve": "Sieve",
+    "s3-fifo": "S3FIFO",
+    "w-tinylfu": "WTinyLFU",
+}
+
+__all__ = [
+    "POLICIES",
+    "ZOO",
+    "EventPolicy",
+    "EvictionPolicy",
+    "Plan",
+    "Policy",
+    "ScheduledPolicy",
+    "make",
+]
 
 
 def make(name: str, capacity: int, num_experts: int, top_k: int, params: dict) -> Policy:

@@ -85,17 +85,18 @@ class Pools:
     def resident(self) -> np.ndarray:
         return self.base < OUTSIDE
 
-    def apply(self, n: int, token: Token) -> None:
-        """Evict the token's victims, then copy in its misses, in the first n streams."""
-        self.base.put(token.victims, token.victims % self.num_experts + OUTSIDE)
-        admit = token.at[token.miss]
+    def apply(self, n: int, plan: StepPlan) -> None:
+        """Evict the plan's victims, then copy in its misses, in the first n streams."""
+        self.base.put(plan.victims, plan.victims % self.num_experts + OUTSIDE)
+        admit = plan.at[plan.miss]
         self.base.put(admit, admit % self.num_experts)
         # Victims are only taken to make room, so a pool grows until full, then stays full.
-        np.minimum(self.count[:n] + token.copies, self.capacity, out=self.count[:n])
+        np.minimum(self.count[:n] + plan.copies, self.capacity, out=self.count[:n])
 
 
-class Token(NamedTuple):
-    """One token's plan for the first n streams, from EvictionPolicy.step."""
+class StepPlan(NamedTuple):
+    """What one step of token t does in the first n streams' pools, from
+    EvictionPolicy.step: which requests miss and which residents make room for them."""
 
     at: np.ndarray  # [n, k] flat indices (row * N + expert) of the requested experts
     miss: np.ndarray  # [n, k] True where the expert must be copied in
@@ -133,7 +134,7 @@ class EvictionPolicy(Policy):
         """Learn from token t after its victims are chosen (default: recency)."""
         self.recency.put(at, t + 1)
 
-    def step(self, t: int, at: np.ndarray, probs, pools: Pools) -> Token:
+    def step(self, t: int, at: np.ndarray, probs, pools: Pools) -> StepPlan:
         """Plan token t for the first n = len(at) streams, given the flat indices `at`
         [n, k] of their requests and the router's `probs` [n, N] (or None)."""
         n = len(at)
@@ -147,7 +148,7 @@ class EvictionPolicy(Policy):
             order = self.eviction_order(t, rows, at, probs, pools, most)
             victims = order[np.arange(most) < need[:, None]]
         self.observe(t, rows, at, probs)
-        return Token(at, miss, copies, victims)
+        return StepPlan(at, miss, copies, victims)
 
     def eviction_order(self, t, rows, at, probs, pools, most: int) -> np.ndarray:
         """The `most` first victims per stream, as flat indices, in `priority` order
@@ -165,13 +166,84 @@ class EvictionPolicy(Policy):
 
     def plan(self, t, request, probs, resident) -> Plan:
         pools = Pools.holding(resident, self.num_experts, self.capacity)
-        token = self.step(t, np.asarray([request]), np.asarray(probs)[None], pools)
-        admit = [int(e) for e, m in zip(request, token.miss[0], strict=True) if m]
-        return Plan(admit=admit, evict=sorted(token.victims.tolist()))
+        step = self.step(t, np.asarray([request]), np.asarray(probs)[None], pools)
+        admit = [int(e) for e, m in zip(request, step.miss[0], strict=True) if m]
+        return Plan(admit=admit, evict=sorted(step.victims.tolist()))
 
     def least_recent(self, rows: slice) -> np.ndarray:
         """The LRU key: never-used experts first."""
         return self.recency[rows]
+
+
+class EventPolicy(EvictionPolicy):
+    """Lossless, per stream: a rule that reacts to events instead of ranking all experts.
+
+    Replay calls `step` for many streams at once, as for every EvictionPolicy; here it loops
+    over them in Python. Per stream, token t's requested experts split into hits and misses,
+    and the rule hears, in this order:
+
+    1. `on_hit(s, e)` for every hit, in request order;
+    2. for every miss, in request order: `on_miss(s, e)`; then, only if the pool is full,
+       `victim(s, e, needed)` picks one resident to make room for e and `on_evict(s, v)`
+       drops it; then `on_insert(s, e)`.
+
+    So a token is its experts requested one after another (hits first), except that none of
+    them may be evicted for another: `needed` (the token's experts) is never a valid
+    victim, and `step` refuses one. `s` is the stream's own state, made by `new_stream()`
+    at `reset`. The pool grows until full and then stays full: one eviction per miss.
+    """
+
+    def reset(self, future=None, streams: int = 1) -> None:
+        super().reset(future, streams)
+        self.states = [self.new_stream() for _ in range(streams)]
+
+    def new_stream(self):
+        """A fresh stream's state (queues, counters), handed to every hook as `s`."""
+        raise NotImplementedError
+
+    def on_hit(self, s, e: int) -> None:
+        """Expert e, resident, is requested."""
+
+    def on_miss(self, s, e: int) -> None:
+        """Expert e, not resident, is requested; room is made for it next (ghost lookups)."""
+
+    def victim(self, s, e: int, needed: frozenset[int]) -> int:
+        """The resident to evict so that e fits: never one in `needed`. May reorganise the
+        rule's structures on the way (move a hand, clear bits, demote between queues)."""
+        raise NotImplementedError
+
+    def on_evict(self, s, e: int) -> None:
+        """Expert e leaves the pool."""
+
+    def on_insert(self, s, e: int) -> None:
+        """Expert e enters the pool."""
+
+    def step(self, t: int, at: np.ndarray, probs, pools: Pools) -> StepPlan:
+        n, width = len(at), self.num_experts
+        miss = pools.base.take(at) >= OUTSIDE
+        requests = (at - self.start[:n]).tolist()
+        victims = []
+        for row, (request, missed) in enumerate(zip(requests, miss.tolist(), strict=True)):
+            s, needed = self.states[row], frozenset(request)
+            for e, m in zip(request, missed, strict=True):
+                if not m:
+                    self.on_hit(s, e)
+            free, gone = self.capacity - int(pools.count[row]), set()
+            for e, m in zip(request, missed, strict=True):
+                if not m:
+                    continue
+                self.on_miss(s, e)
+                if free > 0:
+                    free -= 1
+                else:
+                    v = self.victim(s, e, needed)
+                    if v in needed or v in gone or pools.base[row, v] >= OUTSIDE:
+                        raise MoecacheError(f"policy {self.name}: invalid victim {v} at token {t}")
+                    gone.add(v)
+                    self.on_evict(s, v)
+                    victims.append(row * width + v)
+                self.on_insert(s, e)
+        return StepPlan(at, miss, miss.sum(axis=1), np.array(victims, dtype=np.int64))
 
 
 class ScheduledPolicy(Policy):
