@@ -17,11 +17,11 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/corpus.smk"
+include: "workflow/rules/data.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/harness.smk"
 include: "workflow/rules/replay.smk"
-include: "workflow/rules/paper.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

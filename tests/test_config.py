@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import yaml
 from conftest import REPO, load_yaml, moecache, snakemake
@@ -35,7 +38,7 @@ BAD = [
     # Cross-key rules the workflow relies on when it builds its DAG.
     ("harness.trace_run", "lru-1", "harness.trace_run: 'lru-1' is not a run"),
     ("harness.trace_run", "static", "harness.trace_run: 'static' restricts routing"),
-    ("harness.runs.lru.shards", ["b"], "harness.runs.lru.multipliers"),
+    ("harness.runs.dwell-4.shards", ["b"], "harness.runs.dwell-4.multipliers"),
     ("harness.probe.window", 0, "harness.probe"),
 ]
 
@@ -66,15 +69,26 @@ def test_paper_capacity_above_experts_is_refused():
         configs.validate(mutate(config, "harness.capacity", 65))
 
 
-@pytest.mark.parametrize(("key", "value", "named"), BAD)
-def test_snakemake_stops_before_any_job(tmp_path, smoke_config, key, value, named):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(mutate(smoke_config, key, value)))
-    result = snakemake(tmp_path, "-n", "all", "--cores", "1", configfile=bad, check=False)
-    output = (result.stdout + result.stderr).strip().splitlines()
-    assert result.returncode != 0
-    assert len(output) == 1 and output[0].startswith("config error: ") and named in output[0]
-    assert not (tmp_path / "results").exists()
+def test_snakemake_stops_before_any_job(tmp_path, smoke_config):
+    """Every bad config of BAD through `snakemake -n` (side by side: each run spends most of
+    its time starting Snakemake)."""
+
+    def dry_run(case):
+        i, (key, value, _) = case
+        workdir = tmp_path / str(i)
+        workdir.mkdir()
+        bad = workdir / "bad.yaml"
+        bad.write_text(yaml.safe_dump(mutate(copy.deepcopy(smoke_config), key, value)))
+        return workdir, snakemake(workdir, "-n", "all", "--cores", "1", configfile=bad, check=False)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(dry_run, enumerate(BAD)))
+    for (key, _, named), (workdir, result) in zip(BAD, results, strict=True):
+        output = (result.stdout + result.stderr).strip().splitlines()
+        assert result.returncode != 0, key
+        assert len(output) == 1 and output[0].startswith("config error: "), output
+        assert named in output[0], output[0]
+        assert not (workdir / "results").exists()
 
 
 def test_cli_validate_config(tmp_path, smoke_config):

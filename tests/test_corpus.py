@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from moecache import corpus
+from moecache.data import corpus
 from moecache.errors import MoecacheError
 
 

@@ -1,6 +1,7 @@
-"""moecache.lp: the LP over bridged gaps against the exact DP (random and every sweep shape),
-against farthest-future at unit cost (the exchange argument of docs/optimum.md), a weighted
-DP and a hand counterexample with non-unit costs, its schedules and its error messages."""
+"""moecache.replay.lp: the LP over bridged gaps against the exact DP (random and every sweep
+shape), against farthest-future at unit cost (the exchange argument of docs/optimum.md), a
+weighted DP and a hand counterexample with non-unit costs, its schedules and its error
+messages; the bound job's B* and its mixed-precision experiment."""
 
 from __future__ import annotations
 
@@ -12,21 +13,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moecache import lp
 from moecache.errors import MoecacheError
-
-try:  # the modules are moving into moecache.replay
-    from moecache.replay.optimum import KINDS, exact_insertions, generate
-except ImportError:
-    from moecache.optimum import KINDS, exact_insertions, generate
-try:
-    from moecache.replay.bound import farthest_future
-except ImportError:
-    from moecache.bound import farthest_future
-try:
-    from moecache.replay.demand import PAD, Demand
-except ImportError:
-    from moecache.demand import PAD, Demand
+from moecache.replay import bound, lp
+from moecache.replay.bound import farthest_future
+from moecache.replay.demand import PAD, Demand
+from moecache.replay.optimum import KINDS, exact_insertions, generate
 
 CONFIGS = [Path(__file__).parents[1] / "config" / name for name in ("config.yaml", "olmoe.yaml")]
 
@@ -234,3 +225,38 @@ def test_errors_of_costs_rules_and_batches():
         lp.solve(np.array([[[0]], [[9]]]), 2, 1)
     with pytest.raises(MoecacheError, match=r"\[streams, T, k\]"):
         lp.solve(stream, 2, 1)
+
+
+def test_mixed_precision_on_a_trace_shaped_demand():
+    """The bound job's non-unit-cost experiment: per layer one draw of cheap experts, shared
+    by its sequences; the LP never above a greedy; at cost 1 farthest-future is optimal."""
+    rng = np.random.default_rng(8)
+    requests = np.concatenate([generate(rng, "bursty", 3, 40, 16, 4) for _ in range(2)])
+    names = [f"layer{layer}/seq{seq}" for layer in (0, 1) for seq in range(3)]
+    demand = Demand(names, [n.split("/")[1] for n in names], requests, np.full(6, 40), 16)
+    costs = bound.mixed_costs(demand, 0.5, 0.25, seed=4)
+    assert ((costs == 0.25).sum(axis=1) == 8).all() and set(costs.ravel()) == {0.25, 1.0}
+    assert (costs[:3] == costs[0]).all() and (costs[3:] == costs[3]).all()
+    assert (costs[0] != costs[3]).any()  # layers draw their own
+    np.testing.assert_array_equal(costs, bound.mixed_costs(demand, 0.5, 0.25, seed=4))
+    mixed = bound.mixed_precision(demand, 8, 0.5, 0.25, seed=4)
+    t = mixed["totals"]
+    assert t["integral"] and t["certified"] and t["lp"] <= min(t["farthest_future"], t["cheapest"])
+    assert t["farthest_future_gap"] == pytest.approx((t["farthest_future"] - t["lp"]) / t["lp"])
+    unit = bound.mixed_precision(demand, 8, 0.5, 1.0, seed=4)
+    # At cost 1 the reload cost is the copies after each expert's first load.
+    assert unit["totals"]["farthest_future"] == unit["totals"]["lp"]
+    assert unit["totals"]["farthest_future_optimal_share"] == 1.0
+    assert unit["totals"]["lp"] == sum(
+        bound.exact(demand, 8) + np.minimum(8, demand.distinct) - demand.distinct
+    )
+
+
+def test_bound_report_has_the_lp_beside_the_bounds():
+    demand = padded_demand(np.random.default_rng(2), 2, 50, 20, 4)
+    report = bound.report(demand, 9)
+    t = report["totals"]
+    assert t["b_flat"] <= t["b_star"] <= t["b_greedy"]
+    assert t["greedy_optimal"] and t["greedy_minus_b_star"] == 0 and t["greedy_gap"] == 0.0
+    assert t["integral"] and t["certified"] and report["mixed_precision"] is None
+    assert [s["b_star"] for s in report["streams"]] == bound.exact(demand, 9).tolist()

@@ -9,9 +9,9 @@ from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM, OlmoeForCausalLM
 from transformers.models.olmoe.modeling_olmoe import OlmoeExperts, OlmoeTopKRouter
 
-from moecache import corpus, tokenizer, train
-from moecache import model as models
+from moecache.data import corpus, tokenizer
 from moecache.errors import MoecacheError
+from moecache.model import checkpoint, train
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_tokenizer_round_trips_and_marks_documents(tok_dir, texts):
 
 def test_embedded_config_is_olmoe(tok_dir, smoke_config):
     arch = smoke_config["model"]["architecture"]
-    config = models.embedded_config(arch, tokenizer.load(tok_dir), 0.01)
+    config = checkpoint.embedded_config(arch, tokenizer.load(tok_dir), 0.01)
     model = OlmoeForCausalLM(config)
     mlp = model.model.layers[0].mlp
     assert isinstance(mlp.gate, OlmoeTopKRouter) and isinstance(mlp.experts, OlmoeExperts)
@@ -70,7 +70,7 @@ def test_loader_reads_a_local_olmoe_directory(tmp_path, tok_dir, texts, smoke_co
     settings = tiny_settings(smoke_config, steps=1)
     train.train(settings, tok_dir, texts, tmp_path / "m")
     arch = settings["model"]["architecture"]
-    model = models.load(tmp_path / "m", "float32", "cpu", arch)
+    model = checkpoint.load(tmp_path / "m", "float32", "cpu", arch)
     # Saved as the hub checkpoints are, one tensor per expert and projection; loading fuses
     # them into transformers 5's gate_up_proj [E, 2I, H] and down_proj [E, H, I].
     saved = load_file(tmp_path / "m" / "model.safetensors")
@@ -83,7 +83,7 @@ def test_loader_reads_a_local_olmoe_directory(tmp_path, tok_dir, texts, smoke_co
         assert torch.equal(experts.down_proj[e], saved[f"{prefix}.down_proj.weight"])
     wrong = {**arch, "num_experts": 32}
     with pytest.raises(MoecacheError, match="model.architecture.num_experts: config says 32"):
-        models.load(tmp_path / "m", "float32", "cpu", wrong)
+        checkpoint.load(tmp_path / "m", "float32", "cpu", wrong)
 
 
 def test_loader_refuses_what_is_not_olmoe(tmp_path, smoke_config):
@@ -99,6 +99,6 @@ def test_loader_refuses_what_is_not_olmoe(tmp_path, smoke_config):
     llama.save_pretrained(tmp_path / "llama")
     arch = smoke_config["model"]["architecture"]
     with pytest.raises(MoecacheError, match="model_type is 'llama', not 'olmoe'"):
-        models.load(tmp_path / "llama", "float32", "cpu", arch)
+        checkpoint.load(tmp_path / "llama", "float32", "cpu", arch)
     with pytest.raises(MoecacheError, match="cannot load"):
-        models.load(tmp_path / "missing", "float32", "cpu", arch)
+        checkpoint.load(tmp_path / "missing", "float32", "cpu", arch)

@@ -1,4 +1,4 @@
-"""moecache.optimum: the exact fewest insertions against brute force, Belady, LRU and a hand
+"""moecache.replay.optimum: the exact fewest insertions against brute force, Belady, LRU and a hand
 example; its error messages; and the random demand streams."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_policies import belady_reference
 
 from moecache.errors import MoecacheError
-from moecache.optimum import KINDS, MAX_EXPERTS, exact_insertions, generate
+from moecache.replay.optimum import KINDS, MAX_EXPERTS, exact_insertions, generate
 
 
 def popcount(x):
@@ -85,7 +85,7 @@ def test_matches_brute_force_batched():
 
 def test_blocks_agree(monkeypatch):
     """Solving in blocks of instances gives the same answers as one block."""
-    import moecache.optimum as optimum
+    from moecache.replay import optimum
 
     streams = generate(np.random.default_rng(3), "bursty", 50, 12, 8, 2)
     whole = exact_insertions(streams, 8, 4)

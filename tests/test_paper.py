@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from conftest import SMOKE, load_yaml, moecache, snakemake
 
-from moecache import costs
 from moecache.errors import MoecacheError
+from moecache.report import cost_model
 
 # --- the cost model and `moecache choose` on a constructed example ------------------------
 
@@ -91,12 +91,12 @@ def test_choose_reads_tau_from_bandwidth_and_scales_it(example):
 
 def test_crossovers_are_where_lines_meet(example):
     runs, _ = example
-    points = costs.read_points(runs)
+    points = cost_model.read_points(runs)
     lru, ff, dwell = points
-    assert costs.crossover(lru, ff) == pytest.approx(0.2)  # 10 + 10t = 11 + 5t
-    assert costs.crossover(lru, dwell) == pytest.approx(0.5 / 9)
-    assert costs.crossover(lru, lru) is None
-    found = {(c["a"], c["b"]): c["tau_ms"] for c in costs.crossovers(points)}
+    assert cost_model.crossover(lru, ff) == pytest.approx(0.2)  # 10 + 10t = 11 + 5t
+    assert cost_model.crossover(lru, dwell) == pytest.approx(0.5 / 9)
+    assert cost_model.crossover(lru, lru) is None
+    found = {(c["a"], c["b"]): c["tau_ms"] for c in cost_model.crossovers(points)}
     assert found[("lru", "ff")] == pytest.approx(0.2)
     # ff and dwell: 11 + 5t = 10.5 + t at t = -0.125: no crossing at a positive copy time.
     assert ("ff", "dwell") not in found
@@ -121,8 +121,8 @@ def test_choose_refuses_bad_input(example, tmp_path):
 
 def test_winner_check_compares_prediction_with_measurement(example):
     runs, _ = example
-    points = costs.read_points(runs)
-    rows = costs.winner_check(points, {10: {"lru": 30.0, "ff": 20.0}, 50: {"lru": 9.0}}, 0.5)
+    points = cost_model.read_points(runs)
+    rows = cost_model.winner_check(points, {10: {"lru": 30.0, "ff": 20.0}, 50: {"lru": 9.0}}, 0.5)
     assert len(rows) == 1  # one run alone at 50x decides nothing
     (row,) = rows
     assert row["predicted_winner"] == "ff" and row["measured_winner"] == "ff" and row["agree"]
@@ -209,18 +209,77 @@ def test_replay_tables_equal_their_results(smoke_run):
         oracle = sum(s["after_fill"] for s in replayed["farthest-future"]["streams"])
         assert row.gap_recovered == pytest.approx((lru - per_stream) / (lru - oracle))
     bounds = pd.read_csv(figures / "table_bounds.csv")
+    all_optimal = True
     for row in bounds.itertuples():
-        streams = json.loads((results / row.trace / "bound.json").read_text())["streams"]
+        report = json.loads((results / row.trace / "bound.json").read_text())
+        streams = report["streams"]
         flat, greedy = sum(s["b_flat"] for s in streams), sum(s["b_greedy"] for s in streams)
-        assert (row.b_flat, row.b_greedy) == (flat, greedy)
+        best = sum(s["b_star"] for s in streams)
+        assert (row.b_flat, row.b_star, row.b_greedy) == (flat, best, greedy)
+        assert row.greedy_minus_b_star == greedy - best and row.integral
+        assert row.greedy_optimal_share == pytest.approx(
+            sum(s["b_star"] == s["b_greedy"] for s in streams) / len(streams)
+        )
+        all_optimal &= all(s["b_star"] == s["b_greedy"] for s in streams)
         assert row.gap == pytest.approx((greedy - flat) / flat)
         assert row.coincide_share == pytest.approx(
             sum(s["b_flat"] == s["b_greedy"] for s in streams) / len(streams)
         )
+    text = (figures / "table_bounds.md").read_text()
+    assert ("equals B* on every stream of every shard" in text) == all_optimal
     sweep = pd.read_csv(figures / "table_bounds_sweep.csv")
     found = json.loads((results / "optimum-sweep.json").read_text())
     assert sweep.loc[0, "greedy_not_optimal"] == len(found["not_optimal_instances"])
     assert sweep.loc[0, "instances"] == sum(c["instances"] for c in found["cells"])
+    assert sweep.loc[0, "lp_dp_disagreements"] == 0
+    # The non-unit-cost experiment: its own part and caption, recomputed from the streams.
+    mixed = pd.read_csv(figures / "table_bounds_mixed_precision.csv")
+    assert sorted(mixed["trace"]) == sorted(bounds["trace"])
+    assert "**mixed precision**" in text and "Where the optimum stops being greedy" in text
+    for row in mixed.itertuples():
+        streams = json.loads((results / row.trace / "bound.json").read_text())["mixed_precision"]
+        lp_cost = sum(s["lp"] for s in streams["streams"])
+        ff = sum(s["farthest_future"] for s in streams["streams"])
+        assert (row.lp, row.farthest_future) == pytest.approx((lp_cost, ff))
+        assert row.lp <= min(row.farthest_future, row.cheapest) and row.integral
+
+
+def test_bounds_table_from_demand_files(tmp_path):
+    """B*, greedy's distance to it, the verdict and the mixed-precision part with its own
+    caption, from `moecache bound` on a JSON-lines demand (no smoke run needed)."""
+    rows = [
+        {"stream": "layer0/seq0", "tokens": [[0, 1], [2, 3], [0, 2], [1, 3], [4, 5], [0, 1]]},
+        {"stream": "layer0/seq1", "tokens": [[5, 1], [2, 3], [0, 2], [4, 1], [5, 3]]},
+    ]
+    demand = tmp_path / "demand.jsonl"
+    demand.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bound = tmp_path / "a" / "bound.json"
+    args = ["--demand", str(demand), "--experts", "6", "--capacity", "3", "--out", str(bound)]
+    moecache("bound", *args, "--mixed-share", "0.5", "--seed", "1", check=True)
+    sweep = tmp_path / "optimum-sweep.json"
+    sweep.write_text(
+        json.dumps(
+            {
+                "instances": 9,
+                "k_over_c": [0.5],
+                "greedy_not_optimal": 0,
+                "greedy_above_lru": 0,
+                "lp_dp_disagreements": 0,
+            }
+        )
+    )
+    out = tmp_path / "figures"
+    moecache("table", "table_bounds", "--bound", str(bound), "--sweep", str(sweep),
+             "--out-dir", str(out), check=True)  # fmt: skip
+    table = pd.read_csv(out / "table_bounds.csv")
+    report = json.loads(bound.read_text())
+    assert table.loc[0, "b_star"] == report["totals"]["b_star"]
+    assert table.loc[0, "greedy_minus_b_star"] == 0 and table.loc[0, "integral"]
+    mixed = pd.read_csv(out / "table_bounds_mixed_precision.csv")
+    assert mixed.loc[0, "lp"] == report["mixed_precision"]["totals"]["lp"]
+    text = (out / "table_bounds.md").read_text()
+    assert "At unit cost, greedy farthest-future equals B* on every stream of every shard." in text
+    assert text.index("**mixed precision**") < text.index("Where the optimum stops being greedy")
 
 
 def test_replication_table(smoke_run):
@@ -307,4 +366,4 @@ def test_html_report(smoke_run):
 
 def test_the_cost_model_rejects_runs_without_results(tmp_path):
     with pytest.raises(MoecacheError, match="not a decode run"):
-        costs.read_points([tmp_path / "none.json"])
+        cost_model.read_points([tmp_path / "none.json"])

@@ -7,8 +7,8 @@ import json
 import pandas as pd
 from conftest import SMOKE, load_yaml, snakemake
 
-from moecache import model as models
-from moecache import tokenizer
+from moecache.data import tokenizer
+from moecache.model import checkpoint
 
 
 def test_dry_run_lists_the_dag(tmp_path):
@@ -38,7 +38,7 @@ def test_trained_model_and_tokenizer_load(smoke_run):
     config = load_yaml(SMOKE)
     tok = tokenizer.load(smoke_run / "results/tokenizer")
     assert len(tok) == config["tokenizer"]["vocab_size"]
-    model = models.load(
+    model = checkpoint.load(
         smoke_run / "results/model", "float32", "cpu", config["model"]["architecture"]
     )
     assert model.config.num_experts == config["model"]["architecture"]["num_experts"]

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_policies import LOSSLESS, router_probs, simulate
 
-from moecache import bound, libcachesim_ref, optimum, replay
-from moecache.demand import Demand, from_arrays, padded, read_jsonl
 from moecache.errors import MoecacheError
-from moecache.policies import make
+from moecache.policies import ZOO, make
 from moecache.policies.farthest_future import next_requests
+from moecache.replay import bound, engine, optimum, reference
+from moecache.replay.demand import Demand, from_arrays, padded, read_jsonl
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -59,7 +59,7 @@ def test_replay_equals_the_harness_path_for_every_rule(case):
     pooled block takes (Policy.plan), fills and steady split included."""
     demand, streams, capacity = case
     for name, params in LOSSLESS:
-        counts = replay.run(demand, replay.make_rule(rule_text(name, params), demand, capacity))
+        counts = engine.run(demand, engine.make_rule(rule_text(name, params), demand, capacity))
         for i, stream in enumerate(streams):
             policy = make(name, capacity, demand.num_experts, demand.top_k, params)
             probs = list(demand.probs[i, : len(stream)].astype(float))
@@ -75,8 +75,8 @@ def test_every_lossless_invariant_holds(case):
     resident before it, nothing above capacity, copies only of misses."""
     demand, _, capacity = case
     for name, params in LOSSLESS:
-        counts = replay.run(
-            demand, replay.make_rule(rule_text(name, params), demand, capacity), keep=True
+        counts = engine.run(
+            demand, engine.make_rule(rule_text(name, params), demand, capacity), keep=True
         )
         for s, length in enumerate(demand.lengths):
             before = np.zeros(demand.num_experts, dtype=bool)
@@ -101,12 +101,14 @@ def test_every_lossless_invariant_holds(case):
 @settings(max_examples=80, deadline=None)
 @given(demands(max_experts=9, max_len=14))
 def test_bounds_sandwich_the_exact_optimum(case):
-    """B_flat <= B* (exact, prefetching allowed) <= greedy farthest future <= LRU."""
+    """B_flat <= B* (exact, prefetching allowed) <= greedy farthest future <= LRU; B* from
+    the LP equals B* from the DP."""
     demand, _, capacity = case
     flat, _ = bound.flat_bound(demand, capacity)
     best = bound.exact(demand, capacity)
+    np.testing.assert_array_equal(best, bound.dp(demand, capacity))
     greedy = bound.farthest_future(demand, capacity)
-    lru = replay.run(demand, make("lru", capacity, demand.num_experts, demand.top_k, {}))
+    lru = engine.run(demand, make("lru", capacity, demand.num_experts, demand.top_k, {}))
     assert (flat <= best).all() and (best <= greedy).all()
     assert (greedy <= lru.after_fill).all()
     assert (best >= 0).all()
@@ -119,8 +121,8 @@ def test_single_requests_equal_libcachesim(case):
     and MIN: the same misses as libCacheSim's LRU and Belady."""
     demand, _, capacity = case
     for rule in ("lru", "farthest-future"):
-        ours = replay.run(demand, replay.make_rule(rule, demand, capacity)).insertions.sum()
-        theirs = libcachesim_ref.misses(demand, capacity, rule)
+        ours = engine.run(demand, engine.make_rule(rule, demand, capacity)).insertions.sum()
+        theirs = reference.misses(demand, capacity, rule)
         assert ours == theirs, rule
 
 
@@ -129,8 +131,8 @@ def test_libcachesim_agrees_on_a_paper_shaped_stream():
     rng = np.random.default_rng(3)
     demand = from_arrays(optimum.generate(rng, "bursty", 24, 500, 64, 1), 64)
     for rule in ("lru", "farthest-future"):
-        ours = replay.run(demand, replay.make_rule(rule, demand, 16)).insertions.sum()
-        assert ours == libcachesim_ref.misses(demand, 16, rule)
+        ours = engine.run(demand, engine.make_rule(rule, demand, 16)).insertions.sum()
+        assert ours == reference.misses(demand, 16, rule)
 
 
 @settings(max_examples=60, deadline=None)
@@ -152,25 +154,25 @@ def test_next_requests_table(case):
 
 def test_greedy_above_lru_would_be_reported_not_hidden():
     """Gap shares: 1 for the oracle, 0 for LRU, undefined when they tie."""
-    assert replay.gap_recovered(10, 4, 4) == 1.0
-    assert replay.gap_recovered(10, 4, 10) == 0.0
-    assert replay.gap_recovered(10, 4, 7) == 0.5
-    assert replay.gap_recovered(5, 5, 5) is None
+    assert engine.gap_recovered(10, 4, 4) == 1.0
+    assert engine.gap_recovered(10, 4, 10) == 0.0
+    assert engine.gap_recovered(10, 4, 7) == 0.5
+    assert engine.gap_recovered(5, 5, 5) is None
 
 
 def test_hand_checked_streams():
     """C=2, one request per token: A B A B costs 2 (both fill); A A B B C C: 3 fills of
     which C's evicts, so 1 copy after the first C = 2."""
     demand = from_arrays(np.array([[[0], [1], [0], [1]], [[0], [0], [1], [1]]]), 4)
-    counts = replay.run(demand, make("lru", 2, 4, 1, {}))
+    counts = engine.run(demand, make("lru", 2, 4, 1, {}))
     assert counts.insertions.tolist() == [2, 2]
     third = from_arrays(np.array([[[0], [0], [1], [1], [2], [2]]]), 4)
-    counts = replay.run(third, make("lru", 2, 4, 1, {}))
+    counts = engine.run(third, make("lru", 2, 4, 1, {}))
     assert (counts.insertions[0], counts.after_fill[0], counts.steady[0]) == (3, 1, 1)
 
 
 def test_sweep_reports_greedy_against_the_optimum():
-    from moecache import sweep
+    from moecache.replay import sweep
 
     settings_ = {"instances": 90, "tokens": [4, 8], "shapes": [[6, 3, 1], [8, 6, 2]]}
     report = sweep.run(settings_, seed=1)
@@ -178,17 +180,30 @@ def test_sweep_reports_greedy_against_the_optimum():
     assert sum(c["instances"] for c in report["cells"]) == report["instances"]
     assert {c["kind"] for c in report["cells"]} == set(optimum.KINDS)
     assert report["greedy_not_optimal"] == len(report["not_optimal_instances"])
+    assert report["lp_dp_disagreements"] == 0
     # k = 1: greedy is Belady, optimal on every instance.
     k1 = [c for c in report["cells"] if c["top_k"] == 1]
     assert all(c["greedy_optimal"] == c["instances"] for c in k1)
 
 
 def test_sweep_fails_loudly_when_the_sandwich_breaks(monkeypatch):
-    """A broken optimum (one below the lower bound) stops the sweep with the instance."""
-    from moecache import sweep
+    """A broken bound (one above the optimum) stops the sweep with the instance."""
+    from moecache.replay import sweep
 
-    monkeypatch.setattr(optimum, "exact_insertions", lambda r, n, c: np.zeros(len(r), int))
+    def too_high(demand, capacity):
+        return np.full(len(demand.streams), 10**6), []
+
+    monkeypatch.setattr(bound, "flat_bound", too_high)
     with pytest.raises(MoecacheError, match="B_flat .* fails"):
+        sweep.run({"instances": 9, "tokens": [6, 6], "shapes": [[6, 2, 1]]}, seed=0)
+
+
+def test_sweep_fails_loudly_when_the_lp_and_the_dp_disagree(monkeypatch):
+    """A broken DP (too few insertions) stops the sweep with the instance."""
+    from moecache.replay import sweep
+
+    monkeypatch.setattr(optimum, "exact_insertions", lambda r, n, c: np.full(len(r), 2))
+    with pytest.raises(MoecacheError, match="the LP gives .*, the DP"):
         sweep.run({"instances": 9, "tokens": [6, 6], "shapes": [[6, 2, 1]]}, seed=0)
 
 
@@ -287,7 +302,10 @@ def test_replay_json_schema(tmp_path):
         "inputs",
         "versions",
     }
-    assert set(report["rules"]) == {"lru", "decayed-frequency", "mean-interval", "farthest-future"}
+    # Every lossless rule that needs no router probabilities (a demand file has none).
+    zoo = {"fifo", "clock", "lfu", "slru", "two-q", "arc", "lirs", "sieve", "s3-fifo", "w-tinylfu"}
+    expected = {"lru", "decayed-frequency", "mean-interval", "farthest-future", *zoo}
+    assert set(report["rules"]) == expected
     lru = report["rules"]["lru"]
     assert set(lru["totals"]) == {
         "insertions",
@@ -307,12 +325,24 @@ def test_optimum_and_bound_commands(tmp_path):
     path = write_lines(tmp_path / "d.jsonl", STREAMS)
     args = ["--demand", str(path), "--experts", "6", "--capacity", "3", "--json"]
     exact = json.loads(moecache("optimum", *args, check=True).stdout)
-    bounds = json.loads(moecache("bound", *args, check=True).stdout)
+    mixed = ["--mixed-share", "0.5", "--mixed-cost", "0.25", "--seed", "3"]
+    bounds = json.loads(moecache("bound", *args, *mixed, check=True).stdout)
     t = exact["totals"]
     assert t["b_flat"] <= t["optimum"] <= t["b_greedy"]
-    assert bounds["totals"]["b_greedy"] == t["b_greedy"]
-    assert bounds["totals"]["b_flat"] == t["b_flat"]
-    assert set(bounds["totals"]["tightest_order_counts"]) == set(bound.ORDERS)
+    assert t["dp"] == t["optimum"] and t["integral"] and t["certified"]
+    assert all(s["dp"] == s["optimum"] for s in exact["streams"])
+    b = bounds["totals"]
+    assert (b["b_greedy"], b["b_flat"], b["b_star"]) == (t["b_greedy"], t["b_flat"], t["optimum"])
+    assert set(b["tightest_order_counts"]) == set(bound.ORDERS)
+    assert b["greedy_optimal"] and b["greedy_optimal_share"] == 1.0 and b["integral"]
+    assert b["greedy_minus_b_star"] == 0 and b["lp_seconds"] >= 0
+    assert [s["b_star"] for s in bounds["streams"]] == [s["optimum"] for s in exact["streams"]]
+    m = bounds["mixed_precision"]
+    assert (m["share"], m["cost"], m["seed"], m["low_precision_experts"]) == (0.5, 0.25, 3, 3)
+    assert m["totals"]["lp"] <= min(m["totals"]["farthest_future"], m["totals"]["cheapest"])
+    assert m["totals"]["lp"] == sum(s["lp"] for s in m["streams"])
+    plain = json.loads(moecache("bound", *args, check=True).stdout)
+    assert plain["mixed_precision"] is None
 
 
 # --- the smoke run -----------------------------------------------------------------------
@@ -323,7 +353,7 @@ def test_replay_agrees_with_the_closed_loop_harness(smoke_run):
     steady copies exactly, at every copy multiplier."""
     from conftest import SMOKE, load_yaml
 
-    from moecache.demand import read_trace
+    from moecache.harness.trace import read_demand as read_trace
     from moecache.policies import POLICIES, EvictionPolicy
 
     config = load_yaml(SMOKE)
@@ -340,7 +370,7 @@ def test_replay_agrees_with_the_closed_loop_harness(smoke_run):
                 closed = json.loads(path.read_text())["totals"]
                 rule = rule_text(run["policy"], run.get("params", {}))
                 capacity = run.get("capacity", harness["capacity"])
-                totals = replay.report(demand, capacity, [rule])["rules"][rule]["totals"]
+                totals = engine.report(demand, capacity, [rule])["rules"][rule]["totals"]
                 got = (totals["fills"], totals["steady"])
                 assert got == (closed["fills"], closed["steady_copies"]), path.name
                 assert totals["copies_per_token"] == pytest.approx(closed["rho"])
@@ -360,10 +390,20 @@ def test_replay_outputs_of_the_pipeline(smoke_run):
         replayed = json.loads((results / shard / "replay.json").read_text())
         bounds = json.loads((results / shard / "bound.json").read_text())
         t = bounds["totals"]
-        assert t["b_flat"] <= t["b_greedy"]
+        assert t["b_flat"] <= t["b_star"] <= t["b_greedy"]
+        assert t["integral"] and t["certified"] and t["max_fractionality"] <= 1e-6
+        # Unit costs: farthest-future is optimal on every stream (docs/optimum.md).
+        assert t["greedy_optimal"] and t["b_star"] == t["b_greedy"]
         oracle = replayed["rules"]["farthest-future"]["totals"]["after_fill"]
         assert t["b_greedy"] == oracle
         assert sum(s["b_flat"] for s in bounds["streams"]) == t["b_flat"]
+        assert sum(s["b_star"] for s in bounds["streams"]) == t["b_star"]
+        mixed = bounds["mixed_precision"]
+        assert (mixed["share"], mixed["cost"]) == tuple(
+            config["replay"]["mixed_precision"][k] for k in ("share", "cost")
+        )
+        assert mixed["seed"] == config["seed"] and mixed["totals"]["integral"]
+        assert mixed["totals"]["lp"] <= mixed["totals"]["farthest_future"]
         curve = json.loads((results / shard / "foresight.json").read_text())
         for subset in ("heldout", "all"):
             ks = [p["k"] for p in curve["subsets"][subset]["foresight"]]
@@ -373,7 +413,19 @@ def test_replay_outputs_of_the_pipeline(smoke_run):
         assert curve["subsets"]["heldout"]["streams"] == len(config["harness"]["restricted_layers"])
     sweep_report = json.loads((results / "optimum-sweep.json").read_text())
     assert sweep_report["instances"] >= config["replay"]["optimum"]["instances"]
+    assert sweep_report["lp_dp_disagreements"] == 0
     bench = json.loads((results / "benchmark.json").read_text())
+    assert bench["lp"]["integral"] and bench["lp"]["lp_seconds"] > 0
+    assert bench["lp"]["optimum"] == bench["lp"]["farthest_future"]
+    assert (
+        bench["lp"]["farthest_future"] == bench["rules"]["farthest-future"]["replay"]["insertions"]
+    )
     for rule in ("lru", "farthest-future"):
         assert bench["rules"][rule]["speed_ratio"] > 0
-        assert bench["rules"][rule]["replay"]["requests_per_second"] > 0
+        assert bench["rules"][rule]["replay"]["vectorised"]
+    # Every zoo rule is timed too, in its per-stream loop; libCacheSim where it can run.
+    for rule in ZOO:
+        timed = bench["rules"][rule]
+        assert timed["replay"]["requests_per_second"] > 0 and not timed["replay"]["vectorised"]
+        capacity = config["replay"]["benchmark"]["capacity"]
+        assert (timed["speed_ratio"] is not None) == reference.runs(rule, capacity)

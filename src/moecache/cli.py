@@ -41,14 +41,14 @@ def cmd_validate_config(args):
 
 
 def cmd_corpus(args):
-    from moecache import corpus
+    from moecache.data import corpus
 
     settings = load_settings(args, ("corpus",))
     corpus.write(corpus.build(settings["corpus"], settings["seed"]), args.out_dir)
 
 
 def cmd_tokenizer(args):
-    from moecache import corpus, tokenizer
+    from moecache.data import corpus, tokenizer
 
     settings = load_settings(args, ("tokenizer",))
     texts = [doc["text"] for doc in corpus.read(args.train)]
@@ -56,7 +56,7 @@ def cmd_tokenizer(args):
 
 
 def cmd_heldout(args):
-    from moecache import corpus, tokenizer
+    from moecache.data import corpus, tokenizer
 
     settings = load_settings(args, ("corpus",))
     tok = tokenizer.load(args.tokenizer)
@@ -66,7 +66,8 @@ def cmd_heldout(args):
 
 
 def cmd_train(args):
-    from moecache import corpus, train
+    from moecache.data import corpus
+    from moecache.model import train
 
     settings = load_settings(args, ("model", "training"))
     texts = [doc["text"] for doc in corpus.read(args.train)]
@@ -79,18 +80,18 @@ def cmd_train(args):
 
 
 def cmd_profile_model(args):
-    from moecache import harness
+    from moecache.harness import jobs
 
     settings = load_settings(args, ("model", "harness"))
-    report = harness.run_profile(settings, args.model, args.sequences, args.out)
+    report = jobs.run_profile(settings, args.model, args.sequences, args.out)
     print(json.dumps({k: v for k, v in report.items() if not k.endswith("per_layer")}))
 
 
 def cmd_gates(args):
-    from moecache import harness
+    from moecache.harness import jobs
 
     settings = load_settings(args, ("model", "harness"))
-    report = harness.run_gates(settings, args.model, args.sequences, args.out)
+    report = jobs.run_gates(settings, args.model, args.sequences, args.out)
     print(
         f"gates passed: base NLL {report['base']['nll']:.6f}, batched "
         f"{report['batched_nll']:.6f}; pool/own-block throughput "
@@ -99,10 +100,10 @@ def cmd_gates(args):
 
 
 def cmd_decode(args):
-    from moecache import harness
+    from moecache.harness import jobs
 
     settings = load_settings(args, ("model", "harness"))
-    report = harness.run_decode(
+    report = jobs.run_decode(
         settings,
         args.model,
         args.sequences,
@@ -121,19 +122,19 @@ def cmd_decode(args):
 
 
 def cmd_probe_layers(args):
-    from moecache import harness
+    from moecache.harness import jobs
 
     settings = load_settings(args, ("model", "harness"))
-    report = harness.run_probe(settings, args.model, args.sequences, args.gates, args.out)
+    report = jobs.run_probe(settings, args.model, args.sequences, args.gates, args.out)
     for row in report["layers"]:
         print(f"layer {row['layer']}: delta NLL {row['delta_nll']:+.4f}")
 
 
 def cmd_bandwidth(args):
-    from moecache import harness
+    from moecache.harness import jobs
 
     settings = load_settings(args, ("model", "harness"))
-    r = harness.run_bandwidth(settings, args.model, args.out)
+    r = jobs.run_bandwidth(settings, args.model, args.out)
     print(
         f"tau {r['tau_ms']:.4f} ms per expert, loop {r['loop_gib_per_s']:.1f} GiB/s, "
         f"one large copy {r['large_gib_per_s']:.1f} GiB/s"
@@ -141,10 +142,11 @@ def cmd_bandwidth(args):
 
 
 def read_demand(args):
-    from moecache import demand
+    from moecache.harness import trace
+    from moecache.replay import demand
 
     if args.trace:
-        return demand.read_trace(args.trace, args.experts), args.trace
+        return trace.read_demand(args.trace, args.experts), args.trace
     if args.experts is None:
         raise MoecacheError("--demand: give --experts N, the layer's expert count")
     return demand.read_jsonl(args.demand, args.experts), args.demand
@@ -155,14 +157,8 @@ def emit(args, report: dict, summary: list[str], sources=(), origin=None) -> Non
     `origin`: the config hash and device the numbers trace back to (a trace's run, or the
     settings and machine of a sweep or benchmark)."""
     from moecache import provenance
-    from moecache.atomic import write_json
 
-    report.update(origin or {})
-    report.update(
-        inputs=[provenance.digest(path) for path in sources], versions=provenance.versions()
-    )
-    if args.out:
-        write_json(args.out, report)
+    provenance.write_results(args.out, report, origin=origin, inputs=sources)
     if args.json:
         print(json.dumps(report, indent=1))
     else:
@@ -174,10 +170,10 @@ def percent(share) -> str:
 
 
 def cmd_replay(args):
-    from moecache import replay
+    from moecache.replay import engine
 
     demand, source = read_demand(args)
-    report = replay.report(demand, args.capacity, args.rule)
+    report = engine.report(demand, args.capacity, args.rule)
     lines = [f"{'rule':34s} {'fills':>7s} {'steady':>8s} {'per token':>9s} {'gap':>7s}"]
     for rule, r in report["rules"].items():
         t = r["totals"]
@@ -190,37 +186,47 @@ def cmd_replay(args):
 
 
 def cmd_bound(args):
-    from moecache import bound
+    from moecache.replay import bound
 
     demand, source = read_demand(args)
-    report = bound.report(demand, args.capacity)
+    mixed = None
+    if args.mixed_share is not None:
+        mixed = {"share": args.mixed_share, "cost": args.mixed_cost, "seed": args.seed}
+    report = bound.report(demand, args.capacity, mixed)
     t = report["totals"]
-    emit(
-        args,
-        report,
-        [
-            f"B_flat {t['b_flat']} <= optimum <= B_greedy {t['b_greedy']} "
-            f"(gap {percent(t['gap'])}); they coincide on {percent(t['coincide_share'])} "
-            f"of {t['streams']} streams; median stream gap {percent(t['median_stream_gap'])}"
-        ],
-        [source],
-        demand.origin,
-    )
+    lines = [
+        f"B_flat {t['b_flat']} <= B* {t['b_star']} <= B_greedy {t['b_greedy']} "
+        f"(gap {percent(t['gap'])}); greedy optimal on {percent(t['greedy_optimal_share'])} "
+        f"of {t['streams']} streams; LP integral {t['integral']}, certified {t['certified']}, "
+        f"{t['lp_seconds']:.2f} s; median stream gap {percent(t['median_stream_gap'])}"
+    ]
+    if mixed:
+        m = report["mixed_precision"]["totals"]
+        lines.append(
+            f"mixed precision ({args.mixed_share:g} of experts at cost {args.mixed_cost:g}): "
+            f"LP {m['lp']:g}, farthest-future {m['farthest_future']:g} "
+            f"(+{percent(m['farthest_future_gap'])}), cheapest {m['cheapest']:g}"
+        )
+    emit(args, report, lines, [source], demand.origin)
 
 
 def cmd_optimum(args):
-    from moecache import bound
+    from moecache.replay import bound
 
     demand, source = read_demand(args)
     report = bound.optimum_report(demand, args.capacity)
-    lines = [f"{'stream':24s} {'B_flat':>7s} {'optimum':>8s} {'greedy':>7s}"]
+    lines = [f"{'stream':24s} {'B_flat':>7s} {'optimum':>8s} {'DP':>5s} {'greedy':>7s} integral"]
     for r in report["streams"]:
-        lines.append(f"{r['stream']:24s} {r['b_flat']:7d} {r['optimum']:8d} {r['b_greedy']:7d}")
+        by_dp = "-" if r["dp"] is None else str(r["dp"])
+        lines.append(
+            f"{r['stream']:24s} {r['b_flat']:7d} {r['optimum']:8d} {by_dp:>5s} "
+            f"{r['b_greedy']:7d} {r['integral']}"
+        )
     emit(args, report, lines, [source], demand.origin)
 
 
 def cmd_foresight(args):
-    from moecache import foresight
+    from moecache.replay import foresight
 
     demand, source = read_demand(args)
     report = foresight.curve(demand, args.capacity, args.foresight, args.heldout_last)
@@ -235,7 +241,8 @@ def cmd_foresight(args):
 
 
 def cmd_optimum_sweep(args):
-    from moecache import provenance, sweep
+    from moecache import provenance
+    from moecache.replay import sweep
 
     settings = load_settings(args, ("replay",))
     report = sweep.run(settings["replay"]["optimum"], settings["seed"])
@@ -244,92 +251,75 @@ def cmd_optimum_sweep(args):
         report,
         [
             f"{report['instances']} instances (k/C {report['k_over_c']}): greedy not optimal on "
-            f"{report['greedy_not_optimal']}, above LRU on {report['greedy_above_lru']}"
+            f"{report['greedy_not_optimal']}, above LRU on {report['greedy_above_lru']}; "
+            f"the LP equals the DP on all"
         ],
         origin=provenance.stamp(settings, "cpu"),
     )
 
 
 def cmd_benchmark_replay(args):
-    from moecache import provenance, replay_benchmark
+    from moecache import provenance
+    from moecache.replay import benchmark
 
     settings = load_settings(args, ("replay",))
     bench = settings["replay"]["benchmark"]
     if args.trace:
         demand, sources = read_demand(args)[0], [args.trace]
     else:
-        demand, sources = replay_benchmark.paper_scale(bench, settings["seed"]), []
-    report = replay_benchmark.run(demand, bench["capacity"], bench["rounds"])
-    lines = [f"{report['requests']:,} requests in {report['streams']} streams"]
+        demand, sources = benchmark.paper_scale(bench, settings["seed"]), []
+    report = benchmark.run(demand, bench["capacity"], bench["rounds"])
+    lines = [
+        f"{report['requests']:,} requests in {report['streams']} streams; the LP on all "
+        f"streams {report['lp']['lp_seconds']:.2f} s"
+    ]
     for rule, r in report["rules"].items():
+        theirs = r["libcachesim"]
+        versus = (
+            f"libCacheSim {theirs['algorithm']} {theirs['requests_per_second'] / 1e6:.2f} M "
+            f"req/s (ratio {r['speed_ratio']:.2f})"
+            if r["speed_ratio"] is not None
+            else f"libCacheSim {theirs['algorithm']} {theirs['skipped']}"
+        )
         lines.append(
-            f"{rule}: replay {r['replay']['requests_per_second'] / 1e6:.2f} M req/s, "
-            f"libCacheSim {r['libcachesim']['algorithm']} "
-            f"{r['libcachesim']['requests_per_second'] / 1e6:.2f} M req/s "
-            f"(ratio {r['speed_ratio']:.2f})"
+            f"{rule}: replay {r['replay']['requests_per_second'] / 1e6:.2f} M req/s, {versus}"
         )
     emit(args, report, lines, sources, provenance.stamp(settings, "cpu"))
 
 
 def cmd_choose(args):
-    from moecache import costs
+    from moecache.report import cost_model
 
-    points = costs.read_points(args.runs)
+    points = cost_model.read_points(args.runs)
     tau = args.tau_ms
     if tau is None:
         if args.bandwidth is None:
             raise MoecacheError("give --bandwidth FILE (moecache bandwidth) or --tau-ms")
-        tau = costs.read_run(args.bandwidth)["tau_ms"]
-    tau *= args.multiplier
-    best = costs.choose(points, tau, args.max_loss)
-    ranked = sorted(points, key=lambda p: p.ms_per_token(tau))
-    report = {
-        "tau_ms": tau,
-        "max_loss": args.max_loss,
-        "choice": best.run,
-        "policies": [
-            {
-                "run": p.run,
-                "policy": p.policy,
-                "delta_nll": p.delta_nll,
-                "compute_ms": p.compute_ms,
-                "rho": p.rho,
-                "predicted_ms": p.ms_per_token(tau),
-                "admissible": p.delta_nll <= args.max_loss,
-            }
-            for p in ranked
-        ],
-        "crossovers": costs.crossovers(points),
-    }
-    lines = [
-        f"fastest within Delta NLL {args.max_loss:g} at tau {tau:.4g} ms: {best.run} "
-        f"({best.policy}), {best.ms_per_token(tau):.3f} ms/token",
-        f"{'run':20s} {'Delta NLL':>10s} {'c ms':>8s} {'rho':>6s} {'ms/token':>9s}",
-    ]
-    for row in report["policies"]:
-        mark = "" if row["admissible"] else "  (over the loss limit)"
-        lines.append(
-            f"{row['run']:20s} {row['delta_nll']:+10.4f} {row['compute_ms']:8.3f} "
-            f"{row['rho']:6.2f} {row['predicted_ms']:9.3f}{mark}"
-        )
+        tau = cost_model.read_run(args.bandwidth)["tau_ms"]
+    report = cost_model.choose_report(points, tau * args.multiplier, args.max_loss)
+    lines = cost_model.choose_summary(report)
     emit(args, report, lines, [*args.runs, *([args.bandwidth] if args.bandwidth else [])])
 
 
 def built(builders: dict, args):
+    """A table or figure from its builder, given the flags its parameters name."""
+    import inspect
+
     if args.name not in builders:
         raise MoecacheError(f"unknown name {args.name!r} (known: {', '.join(sorted(builders))})")
-    return builders[args.name](args)
+    build = builders[args.name]
+    return build(**{name: getattr(args, name) for name in inspect.signature(build).parameters})
 
 
 def cmd_table(args):
-    from moecache import tables
+    from moecache.report import tables
 
     table = built(tables.BUILDERS, args)
     tables.write(table, args.out_dir)
 
 
 def cmd_figure(args):
-    from moecache import figures
+    from moecache.report import figures
 
     fig, sources = built(figures.BUILDERS, args)
     figures.write(args.name, fig, sources, args.out_dir)
@@ -430,8 +420,15 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         help="a rule, with parameters as name:key=value,...; repeat for more (default: all)",
     )
-    on_demand(command("bound", cmd_bound, "lower bound B_flat and greedy farthest future"))
-    on_demand(command("optimum", cmd_optimum, "the exact fewest copies per stream (small N)"))
+    p = on_demand(command("bound", cmd_bound, "B_flat, the exact B* (LP) and greedy B_greedy"))
+    p.add_argument(
+        "--mixed-share",
+        type=float,
+        help="share of experts at lower precision: adds the LP against greedy at their costs",
+    )
+    p.add_argument("--mixed-cost", type=float, default=0.5, help="their cost per copy")
+    p.add_argument("--seed", type=int, default=0, help="seed of the experts drawn")
+    on_demand(command("optimum", cmd_optimum, "the exact fewest copies per stream (the LP)"))
     p = on_demand(command("foresight", cmd_foresight, "gap recovered with k tokens of foresight"))
     p.add_argument("--foresight", type=int, nargs="+", required=True, help="values of k")
     p.add_argument(

@@ -172,7 +172,7 @@ def check_runs(config: dict) -> None:
 
 def check_replay(config: dict) -> None:
     """Sweep shapes the exact search can take; a benchmark pool that can serve a token."""
-    from moecache.optimum import MAX_EXPERTS
+    from moecache.replay.optimum import MAX_EXPERTS
 
     replay = config["replay"]
     where = "config key replay"

@@ -7,6 +7,8 @@ import json
 import platform
 from importlib import metadata
 
+from moecache.atomic import write_json
+
 PACKAGES = ("moecache", "torch", "transformers", "datasets", "numpy", "libcachesim")
 
 
@@ -68,3 +70,19 @@ def sources(paths) -> dict:
         "versions": versions(),
         "inputs": inputs,
     }
+
+
+def write_results(path, report: dict, settings=None, device=None, origin=None, inputs=None) -> dict:
+    """The one way a results file is written: the numbers in `report`, then what they come
+    from: the settings and machine that computed them (`settings`, `device`), or for numbers
+    computed from a trace alone the run that recorded it (`origin`); the input files by
+    SHA-256 (`inputs`); the package versions. Atomic; `path` None writes nothing."""
+    if settings is not None:
+        report.update(stamp(settings, device))
+    report.update(origin or {})
+    if inputs is not None:
+        report["inputs"] = [digest(p) for p in inputs]
+    report["versions"] = versions()
+    if path is not None:
+        write_json(path, report)
+    return report

@@ -50,25 +50,14 @@ def tokenizer(texts: list[str], vocab_size: int):
 
 
 def checkpoint(arch: dict, tok, seed: int):
-    from transformers import OlmoeConfig, OlmoeForCausalLM
+    """A randomly initialised OLMoE at the config's sizes, with OLMoE's load-balancing
+    weight; the tokenizer has no BOS token, so neither has the model."""
+    from transformers import OlmoeForCausalLM
+
+    from moecache.model.checkpoint import embedded_config
 
     torch.manual_seed(seed)
-    config = OlmoeConfig(
-        vocab_size=len(tok),
-        hidden_size=arch["hidden_size"],
-        intermediate_size=arch["intermediate_size"],
-        num_hidden_layers=arch["num_hidden_layers"],
-        num_attention_heads=arch["num_attention_heads"],
-        num_key_value_heads=arch["num_attention_heads"],
-        num_experts=arch["num_experts"],
-        num_experts_per_tok=arch["num_experts_per_tok"],
-        max_position_embeddings=arch["max_position_embeddings"],
-        norm_topk_prob=False,
-        bos_token_id=None,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    return OlmoeForCausalLM(config).eval()
+    return OlmoeForCausalLM(embedded_config(arch, tok, router_aux_loss_coef=0.01)).eval()
 
 
 def build(out: str | Path, config_path: Path = CONFIG) -> Path:

@@ -1,5 +1,6 @@
-# Trace replay: lossless rules, bounds and limited foresight on the recorded demand of the
-# trace run; the exact-optimum sweep; replay speed beside libCacheSim. CPU only.
+# Trace replay: lossless rules, bounds (the exact B* by LP, and at mixed-precision costs) and
+# limited foresight on the recorded demand of the trace run; the exact-optimum sweep; replay
+# and LP speed beside libCacheSim. CPU only.
 
 
 rule replay:
@@ -33,9 +34,13 @@ rule bound:
         CONDA_ENV
     params:
         capacity=TRACE_CAPACITY,
+        share=config["replay"]["mixed_precision"]["share"],
+        cost=config["replay"]["mixed_precision"]["cost"],
+        seed=config["seed"],
     shell:
-        "moecache bound --trace {input.trace} --capacity {params.capacity} --out {output}"
-        " > {log} 2>&1"
+        "moecache bound --trace {input.trace} --capacity {params.capacity}"
+        " --mixed-share {params.share} --mixed-cost {params.cost} --seed {params.seed}"
+        " --out {output} > {log} 2>&1"
 
 
 rule foresight:

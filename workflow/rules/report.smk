@@ -99,6 +99,11 @@ rule table_bounds:
             category="Tables",
         ),
         "figures/table_bounds_sweep.csv",
+        report(
+            "figures/table_bounds_mixed_precision.csv",
+            caption="../report/table_bounds_mixed_precision.rst",
+            category="Tables",
+        ),
         "figures/table_bounds.md",
         "figures/table_bounds.sources.json",
     log:

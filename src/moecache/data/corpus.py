@@ -131,7 +131,7 @@ def read(path: str | Path) -> list[dict]:
 
 def sequences(tok, docs: list[dict], max_tokens: int) -> list[dict]:
     """Held-out documents as token sequences cut to at most `max_tokens`."""
-    from moecache.tokenizer import document_ids
+    from moecache.data.tokenizer import document_ids
 
     rows = []
     for i, doc in enumerate(docs):

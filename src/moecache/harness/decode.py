@@ -12,9 +12,9 @@ import torch
 from tqdm import tqdm
 
 from moecache import policies
-from moecache.pool import ExpertPool
-from moecache.pooled_block import PooledMoeBlock
-from moecache.timing import Stopwatch
+from moecache.harness.pool import ExpertPool
+from moecache.harness.pooled_block import PooledMoeBlock
+from moecache.harness.timing import Stopwatch
 
 
 @contextlib.contextmanager

@@ -7,8 +7,8 @@ NLL must reproduce an independent batched evaluation of whole sequences.
 
 from __future__ import annotations
 
-from moecache import decode
 from moecache.errors import MoecacheError
+from moecache.harness import decode
 
 POOL_TOLERANCE = 5e-3
 BATCHED_TOLERANCE = 4e-4

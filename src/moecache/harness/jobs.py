@@ -10,26 +10,23 @@ import json
 import statistics
 from pathlib import Path
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
-from moecache import corpus, decode, gates, profile, provenance
-from moecache import model as models
-from moecache.atomic import atomic_file, write_json
-from moecache.demand import ORIGIN_KEY
+from moecache import provenance
+from moecache.data import corpus
 from moecache.errors import MoecacheError
+from moecache.harness import decode, gates, profile, trace
+from moecache.harness.pool import ExpertPool
+from moecache.harness.timing import Stopwatch
+from moecache.model import checkpoint
 from moecache.policies import Plan
-from moecache.pool import ExpertPool
-from moecache.timing import Stopwatch
 
 
 def load(settings: dict, model_source: str, sequences_path):
     harness, model_settings = settings["harness"], settings["model"]
     torch.set_num_threads(harness["threads"])
     torch.manual_seed(settings["seed"])
-    model = models.load(
+    model = checkpoint.load(
         model_source, model_settings["dtype"], harness["device"], model_settings["architecture"]
     )
     return model, corpus.read_sequences(sequences_path)
@@ -53,8 +50,7 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
         **profile.routing(model, sequences, device, settings["seed"]),
     }
     report["copy_share_of_token"] = report["expert_copy_ms"] / report["token_compute_ms"]
-    write_json(out, report)
-    return report
+    return provenance.write_results(out, report, settings, device)
 
 
 def run_gates(settings, model_source, sequences_path, out) -> dict:
@@ -62,26 +58,7 @@ def run_gates(settings, model_source, sequences_path, out) -> dict:
     harness = settings["harness"]
     report = gates.run(model, sequences, harness, harness["warmup_tokens"])
     gates.check(report)  # a failed gate fails the job, with the numbers, and writes nothing
-    report.update(provenance.stamp(settings, harness["device"]))
-    write_json(out, report)
-    return report
-
-
-def read_futures(trace_path, layers) -> dict:
-    """Recorded demand: futures[layer][sequence] = the requested experts per token."""
-    if not Path(trace_path).is_file():
-        raise MoecacheError(f"{trace_path}: no trace of an earlier run (farthest-future needs one)")
-    trace = pd.read_parquet(trace_path, columns=["sequence", "layer", "token", "requested"])
-    futures = {}
-    for layer in layers:
-        rows = trace[trace["layer"] == layer].sort_values(["sequence", "token"])
-        if rows.empty:
-            raise MoecacheError(f"{trace_path}: no demand recorded for layer {layer}")
-        futures[layer] = [
-            [list(map(int, r)) for r in group["requested"]]
-            for _, group in rows.groupby("sequence", sort=True)
-        ]
-    return futures
+    return provenance.write_results(out, report, settings, harness["device"])
 
 
 def run_decode(
@@ -108,7 +85,7 @@ def run_decode(
     if make().needs_future:  # checked before the model loads: bad input fails fast
         if trace_in is None:
             raise MoecacheError(f"run {run_name}: policy {spec['policy']} needs --trace-in")
-        futures = read_futures(trace_in, harness["restricted_layers"])
+        futures = trace.read_futures(trace_in, harness["restricted_layers"])
     model, sequences = load(settings, model_source, sequences_path)
     base = json.loads(Path(gates_path).read_text())
     with decode.pooled(
@@ -137,26 +114,15 @@ def run_decode(
         "trace_in": str(trace_in) if trace_in else None,
         "totals": totals,
         "sequences": result["sequences"],
-        **provenance.stamp(settings, harness["device"]),
     }
-    origin = {k: report[k] for k in ("run", "multiplier", "settings_hash", "device_name")}
-    write_trace(result["trace"], trace_out, origin)
-    write_json(out, report)
-    return report
-
-
-def write_trace(trace: list[dict], path, origin: dict) -> None:
-    """Per layer and token: requested experts, experts used, router probabilities. The
-    file's metadata records the run that made it (`origin`), so that what is computed from
-    the trace alone can still name its config hash and device."""
-    frame = pd.DataFrame(
-        trace, columns=["sequence", "layer", "token", "requested", "used", "probs"]
-    )
-    frame["probs"] = frame["probs"].map(lambda p: p.astype("float32"))
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    metadata = {**table.schema.metadata, ORIGIN_KEY: json.dumps(origin).encode()}
-    with atomic_file(path) as tmp:
-        pq.write_table(table.replace_schema_metadata(metadata), tmp)
+    origin = {
+        "run": run_name,
+        "multiplier": multiplier,
+        "settings_hash": provenance.settings_hash(settings),
+        "device_name": provenance.device_name(harness["device"]),
+    }
+    trace.write(result["trace"], trace_out, origin)
+    return provenance.write_results(out, report, settings, harness["device"])
 
 
 def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
@@ -194,16 +160,14 @@ def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
         "probe": spec,
         "base_nll": base,
         "layers": layers,
-        **provenance.stamp(settings, harness["device"]),
     }
-    write_json(out, report)
-    return report
+    return provenance.write_results(out, report, settings, harness["device"])
 
 
 def run_bandwidth(settings, model_source, out, repeats: int = 5) -> dict:
     """tau and GiB/s of the per-expert copy loop, and of one large copy of the same bytes."""
     harness = settings["harness"]
-    model = models.load(
+    model = checkpoint.load(
         model_source, settings["model"]["dtype"], "cpu", settings["model"]["architecture"]
     )
     experts = model.model.layers[harness["restricted_layers"][0]].mlp.experts
@@ -236,7 +200,5 @@ def run_bandwidth(settings, model_source, out, repeats: int = 5) -> dict:
         "loop_gib_per_s": gib / loop_s,
         "large_copy_ms": 1e3 * large_s,
         "large_gib_per_s": gib / large_s,
-        **provenance.stamp(settings, device),
     }
-    write_json(out, report)
-    return report
+    return provenance.write_results(out, report, settings, device)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from moecache.harness.timing import Stopwatch
 from moecache.policies import Plan
-from moecache.timing import Stopwatch
 
 
 class ExpertPool:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from moecache.pool import ExpertPool
+from moecache.harness.pool import ExpertPool
 
 
 class PooledMoeBlock(nn.Module):

@@ -8,10 +8,10 @@ import statistics
 import numpy as np
 import torch
 
-from moecache.decode import next_token_nll_sum
+from moecache.harness.decode import next_token_nll_sum
+from moecache.harness.pool import ExpertPool
+from moecache.harness.timing import Stopwatch
 from moecache.policies import Plan
-from moecache.pool import ExpertPool
-from moecache.timing import Stopwatch
 
 
 def expert_copy_seconds(experts, device: str, repeats: int) -> tuple[int, float]:

@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from moecache import model as models
-from moecache import tokenizer as tokenizers
 from moecache.atomic import atomic_dir
+from moecache.data import tokenizer as tokenizers
 from moecache.errors import MoecacheError
+from moecache.model import checkpoint
 
 
 def token_stream(tok, texts: list[str]) -> torch.Tensor:
@@ -48,7 +48,7 @@ def fit(settings: dict, tokenizer_dir, texts: list[str], out_dir) -> dict:
         raise MoecacheError(
             f"training.seq_len: {seq_len} needs more than the {len(stream)} training tokens"
         )
-    config = models.embedded_config(arch, tok, training["router_aux_loss_coef"])
+    config = checkpoint.embedded_config(arch, tok, training["router_aux_loss_coef"])
     model = OlmoeForCausalLM(config).train()
     optimizer = torch.optim.AdamW(
         model.parameters(),

@@ -4,8 +4,13 @@ B_flat <= B* <= B_greedy: B_greedy is farthest-future eviction (per-token semant
 on demand); B_flat is the classical MIN optimum of the stream flattened into single
 requests, a token's experts one after another. Any lossless schedule serves the flattened
 stream, in any within-token order, at the same cost, so every order gives a lower bound;
-we try several per stream and keep the tightest (the largest). All counts are the paper's
-steady traffic B: insertions beyond the first min(C, distinct) every schedule makes.
+we try several per stream and keep the tightest (the largest). B* itself is exact: the LP
+of moecache.replay.lp at any size, with the DP of moecache.replay.optimum as an independent
+cross-check where N is small. All counts are the paper's steady traffic B: insertions
+beyond the first min(C, distinct) every schedule makes.
+
+With non-unit copy costs (experts kept at mixed precision) farthest-future is no longer
+optimal (docs/optimum.md, section 4); `mixed_precision` reports how far it is from the LP.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ import statistics
 
 import numpy as np
 
-from moecache import optimum, replay
-from moecache.demand import Demand
+from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture, next_requests
+from moecache.replay import engine, lp, optimum
+from moecache.replay.demand import PAD, Demand
 
 # Within-token orders tried for B_flat (each request's next use: the next token asking for it).
 ORDERS = ("recorded", "ascending-id", "soonest-next-first", "latest-next-first")
@@ -52,7 +58,7 @@ def farthest_future(demand: Demand, capacity: int) -> np.ndarray:
     """Greedy farthest-future copies (after_fill) per stream; on single requests this is
     classical MIN (Belady)."""
     policy = FarthestFuture(capacity, demand.num_experts, demand.top_k)
-    return replay.run(demand, policy).after_fill
+    return engine.run(demand, policy).after_fill
 
 
 def flat_bound(demand: Demand, capacity: int) -> tuple[np.ndarray, list[str]]:
@@ -70,12 +76,42 @@ def relative_gap(greedy_copies: int, flat: int) -> float | None:
     return (greedy_copies - flat) / flat
 
 
-def report(demand: Demand, capacity: int) -> dict:
+def lp_optimum(demand: Demand, capacity: int) -> lp.Optimum:
+    """The LP on every stream (unit costs): B* as `after_fill`, with its integrality."""
+    demand.check_capacity(capacity)
+    return lp.solve(demand.requests, demand.num_experts, capacity)
+
+
+def check_sandwich(flat, best, upper, streams) -> None:
+    """B_flat <= B* <= B_greedy is a theorem: a violation is a bug, so it stops the job."""
+    broken = (flat > best) | (best > upper)
+    if broken.any():
+        i = int(np.argmax(broken))
+        raise MoecacheError(
+            f"stream {streams[i]}: B_flat {flat[i]} <= B* {best[i]} <= B_greedy {upper[i]} fails"
+        )
+
+
+def lp_summary(result: lp.Optimum) -> dict:
+    return {
+        "integral": result.integral,
+        "certified": result.certified,
+        "max_fractionality": result.max_fractionality,
+        "lp_seconds": result.seconds,
+    }
+
+
+def report(demand: Demand, capacity: int, mixed: dict | None = None) -> dict:
+    """Bounds per stream and in total; `mixed` ({share, cost, seed}) adds the non-unit-cost
+    experiment."""
     demand.check_capacity(capacity)
     flat, orders = flat_bound(demand, capacity)
     upper = farthest_future(demand, capacity)
+    result = lp_optimum(demand, capacity)
+    best = result.after_fill
+    check_sandwich(flat, best, upper, demand.streams)
     gaps = [relative_gap(int(g), int(f)) for g, f in zip(upper, flat, strict=True)]
-    total_flat, total_greedy = int(flat.sum()), int(upper.sum())
+    total_flat, total_greedy, total_best = int(flat.sum()), int(upper.sum()), int(best.sum())
     return {
         "capacity": capacity,
         "experts": demand.num_experts,
@@ -83,8 +119,14 @@ def report(demand: Demand, capacity: int) -> dict:
         "orders_tried": list(ORDERS),
         "totals": {
             "b_flat": total_flat,
+            "b_star": total_best,
             "b_greedy": total_greedy,
             "gap": relative_gap(total_greedy, total_flat),
+            "greedy_minus_b_star": total_greedy - total_best,
+            "greedy_gap": relative_gap(total_greedy, total_best),
+            "greedy_optimal": bool((upper == best).all()),
+            "greedy_optimal_share": float(np.mean(upper == best)),
+            **lp_summary(result),
             "streams": len(demand.streams),
             "coincide_share": float(np.mean(upper == flat)),
             "median_stream_gap": statistics.median(g for g in gaps if g is not None),
@@ -94,20 +136,31 @@ def report(demand: Demand, capacity: int) -> dict:
             {
                 "stream": name,
                 "b_flat": int(f),
+                "b_star": int(b),
                 "b_greedy": int(g),
                 "gap": gap,
+                "greedy_optimal": bool(g == b),
+                "integral": o.integral,
+                "certified": o.certified,
                 "tightest_order": order,
             }
-            for name, f, g, gap, order in zip(
-                demand.streams, flat, upper, gaps, orders, strict=True
+            for name, f, b, g, gap, order, o in zip(
+                demand.streams, flat, best, upper, gaps, orders, result.streams, strict=True
             )
         ],
+        "mixed_precision": None if mixed is None else mixed_precision(demand, capacity, **mixed),
     }
 
 
 def exact(demand: Demand, capacity: int) -> np.ndarray:
     """B* per stream: the fewest copies of any lossless schedule, prefetching included
-    (exact search; small N only), as steady traffic B."""
+    (the LP, any N), as steady traffic B."""
+    return lp_optimum(demand, capacity).after_fill
+
+
+def dp(demand: Demand, capacity: int) -> np.ndarray:
+    """B* per stream by the DP over all 2^N resident sets (small N only): the LP's
+    independent cross-check."""
     demand.check_capacity(capacity)
     best = np.zeros(len(demand.streams), dtype=np.int64)
     for length in np.unique(demand.lengths):
@@ -115,6 +168,14 @@ def exact(demand: Demand, capacity: int) -> np.ndarray:
         requests = demand.requests[same, :length]
         best[same] = optimum.exact_insertions(requests, demand.num_experts, capacity)
     return best - np.minimum(capacity, demand.distinct)
+
+
+def check_lp_equals_dp(best, by_dp, streams) -> None:
+    """Two exact methods that disagree mean a bug in one of them: stop the job."""
+    differ = best != by_dp
+    if differ.any():
+        i = int(np.argmax(differ))
+        raise MoecacheError(f"stream {streams[i]}: the LP gives B* {best[i]}, the DP {by_dp[i]}")
 
 
 def sandwich(demand: Demand, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -127,8 +188,17 @@ def sandwich(demand: Demand, capacity: int) -> tuple[np.ndarray, np.ndarray, np.
 
 
 def optimum_report(demand: Demand, capacity: int) -> dict:
-    """B_flat <= B* <= B_greedy per stream and in total."""
-    flat, best, upper = sandwich(demand, capacity)
+    """B_flat <= B* <= B_greedy per stream and in total; B* from the LP, checked against the
+    DP when N <= optimum.MAX_EXPERTS (`dp` is None above)."""
+    demand.check_capacity(capacity)
+    flat = flat_bound(demand, capacity)[0]
+    upper = farthest_future(demand, capacity)
+    result = lp_optimum(demand, capacity)
+    best = result.after_fill
+    check_sandwich(flat, best, upper, demand.streams)
+    by_dp = dp(demand, capacity) if demand.num_experts <= optimum.MAX_EXPERTS else None
+    if by_dp is not None:
+        check_lp_equals_dp(best, by_dp, demand.streams)
     return {
         "capacity": capacity,
         "experts": demand.num_experts,
@@ -136,11 +206,101 @@ def optimum_report(demand: Demand, capacity: int) -> dict:
         "totals": {
             "b_flat": int(flat.sum()),
             "optimum": int(best.sum()),
+            "dp": None if by_dp is None else int(by_dp.sum()),
             "b_greedy": int(upper.sum()),
+            "greedy_optimal": bool((upper == best).all()),
             "greedy_optimal_share": float(np.mean(upper == best)),
+            **lp_summary(result),
         },
         "streams": [
-            {"stream": name, "b_flat": int(f), "optimum": int(b), "b_greedy": int(g)}
-            for name, f, b, g in zip(demand.streams, flat, best, upper, strict=True)
+            {
+                "stream": name,
+                "b_flat": int(f),
+                "optimum": int(b),
+                "dp": None if by_dp is None else int(by_dp[i]),
+                "b_greedy": int(g),
+                "integral": o.integral,
+                "certified": o.certified,
+            }
+            for i, (name, f, b, g, o) in enumerate(
+                zip(demand.streams, flat, best, upper, result.streams, strict=True)
+            )
         ],
+    }
+
+
+# -- non-unit costs: experts kept at mixed precision -------------------------------------
+
+
+def layer_of(stream: str) -> str:
+    """A trace stream is "layer<L>/seq<S>"; other ids are their own layer."""
+    return stream.split("/")[0]
+
+
+def mixed_costs(demand: Demand, share: float, cost: float, seed: int) -> np.ndarray:
+    """[streams, N] copy cost per expert: in each layer a seeded random `share` of the
+    experts is kept at lower precision and costs `cost` a copy, the others 1 (the same
+    experts for every sequence, as a deployment would fix them)."""
+    rng = np.random.default_rng(seed)
+    low = round(share * demand.num_experts)
+    per_layer = {}
+    for layer in dict.fromkeys(map(layer_of, demand.streams)):  # first-seen order
+        costs = np.ones(demand.num_experts)
+        costs[rng.choice(demand.num_experts, low, replace=False)] = cost
+        per_layer[layer] = costs
+    return np.stack([per_layer[layer_of(s)] for s in demand.streams])
+
+
+def mixed_precision(demand: Demand, capacity: int, share: float, cost: float, seed: int) -> dict:
+    """The LP's least copy cost against farthest-future's (and the cost-aware greedy that
+    evicts the cheapest to reload) under mixed-precision costs. Costs are reload costs:
+    the total minus each requested expert's first load, which every schedule pays."""
+    demand.check_capacity(capacity)
+    costs = mixed_costs(demand, share, cost, seed)
+    n, rows = demand.num_experts, []
+    for s, name in enumerate(demand.streams):
+        requests, w = demand.requests[s], costs[s]
+        first = float(w[np.unique(requests[requests != PAD])].sum())
+        best = lp.solve_stream(requests, n, capacity, w)
+        ff = lp.greedy_stream(requests, n, capacity, w).cost
+        cheap = lp.greedy_stream(requests, n, capacity, w, "cheapest").cost
+        if min(ff, cheap) < best.cost - 1e-9 * max(1.0, best.cost):
+            raise MoecacheError(f"stream {name}: a greedy costs less than the LP's optimum")
+        rows.append(
+            {
+                "stream": name,
+                "lp": best.cost - first,
+                "farthest_future": ff - first,
+                "cheapest": cheap - first,
+                "integral": best.integral,
+                "certified": best.certified,
+                "seconds": best.seconds,
+            }
+        )
+    lp_cost, ff_cost, cheap_cost = (
+        sum(r[k] for r in rows) for k in ("lp", "farthest_future", "cheapest")
+    )
+    tol = 1e-9  # float sums of costs: equal up to rounding counts as optimal
+    return {
+        "share": share,
+        "cost": cost,
+        "seed": seed,
+        "low_precision_experts": round(share * n),
+        "totals": {
+            "lp": lp_cost,
+            "farthest_future": ff_cost,
+            "cheapest": cheap_cost,
+            "farthest_future_gap": relative_gap(ff_cost, lp_cost),
+            "cheapest_gap": relative_gap(cheap_cost, lp_cost),
+            "farthest_future_optimal_share": float(
+                np.mean([r["farthest_future"] <= r["lp"] + tol for r in rows])
+            ),
+            "cheapest_optimal_share": float(
+                np.mean([r["cheapest"] <= r["lp"] + tol for r in rows])
+            ),
+            "integral": all(r["integral"] for r in rows),
+            "certified": all(r["certified"] for r in rows),
+            "lp_seconds": sum(r["seconds"] for r in rows),
+        },
+        "streams": rows,
     }

@@ -14,13 +14,10 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
-import pyarrow.parquet as pq
 
 from moecache.errors import MoecacheError
 
 PAD = -1  # requests[s, t] past the end of stream s
-ORIGIN_KEY = b"moecache.origin"  # a trace's Parquet metadata: the run that recorded it
 
 
 @dataclass
@@ -78,43 +75,6 @@ def from_arrays(requests: np.ndarray, num_experts: int, prefix: str = "instance"
     names = [f"{prefix}-{i}" for i in range(len(requests))]
     lengths = np.full(len(requests), requests.shape[1], dtype=np.int64)
     return Demand(names, names, requests, lengths, num_experts)
-
-
-def read_trace(path, num_experts: int | None = None) -> Demand:
-    """A harness trace: one stream per (layer, sequence), the router's top-k as requested."""
-    if not Path(path).is_file():
-        raise MoecacheError(f"{path}: no such trace")
-    try:
-        frame = pd.read_parquet(path, columns=["sequence", "layer", "token", "requested", "probs"])
-    except (ValueError, OSError, KeyError) as error:
-        raise MoecacheError(f"{path}: not a harness trace ({error})") from None
-    frame = frame.sort_values(["layer", "sequence", "token"])
-    width = len(frame["probs"].iloc[0]) if len(frame) else 0
-    if num_experts is not None and num_experts != width:
-        raise MoecacheError(f"{path}: the trace has {width} experts, not --experts {num_experts}")
-    streams, sequences, tokens, probs = [], [], [], []
-    for (layer, seq), rows in frame.groupby(["layer", "sequence"], sort=True):
-        if not np.array_equal(rows["token"].to_numpy(), np.arange(len(rows))):
-            raise MoecacheError(f"{path}: layer {layer} sequence {seq} skips tokens")
-        streams.append(f"layer{layer}/seq{seq}")
-        sequences.append(f"seq{seq}")
-        tokens.append(np.stack(rows["requested"].to_numpy()).astype(np.int64))
-        probs.append(np.stack(rows["probs"].to_numpy()))
-    if not streams:
-        raise MoecacheError(f"{path}: the trace is empty")
-    requests, lengths = padded(tokens, tokens[0].shape[1])
-    table = np.zeros((*requests.shape[:2], width), dtype=np.float32)
-    for s, p in enumerate(probs):
-        table[s, : len(p)] = p
-    demand = Demand(streams, sequences, requests, lengths, width, table, trace_origin(path))
-    check(demand, str(path))
-    return demand
-
-
-def trace_origin(path) -> dict:
-    """The run a trace's metadata names (empty for a trace written without it)."""
-    recorded = pq.read_schema(path).metadata or {}
-    return json.loads(recorded[ORIGIN_KEY]) if ORIGIN_KEY in recorded else {}
 
 
 def read_jsonl(path, num_experts: int) -> Demand:

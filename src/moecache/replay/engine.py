@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from moecache import policies
-from moecache.demand import Demand
 from moecache.errors import MoecacheError
 from moecache.policies import EvictionPolicy
 from moecache.policies.base import Pools
+from moecache.replay.demand import Demand
 
 
 @dataclass
@@ -95,13 +95,13 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
         evictions = np.zeros_like(residents)
     for t in range(steps):
         n = alive[t]
-        token = policy.step(t, at[t, :n], None if probs is None else probs[t, :n], pools)
-        copies[t, :n] = token.copies
+        step = policy.step(t, at[t, :n], None if probs is None else probs[t, :n], pools)
+        copies[t, :n] = step.copies
         full[t, :n] = pools.count[:n] == capacity
-        pools.apply(n, token)
+        pools.apply(n, step)
         if keep:
             residents[t, :n] = pools.resident[:n]
-            np.put(evictions[t], token.victims, True)
+            np.put(evictions[t], step.victims, True)
     back = np.argsort(order)
     insertions = copies.sum(axis=0)[back]
     # The harness's split: copies count as fills until the pool has been full once.

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from moecache import replay
-from moecache.demand import Demand
+from moecache.replay import engine
+from moecache.replay.demand import Demand
 
 
 def heldout_mask(demand: Demand, last: int) -> np.ndarray:
@@ -19,7 +19,7 @@ def heldout_mask(demand: Demand, last: int) -> np.ndarray:
 
 
 def curve(demand: Demand, capacity: int, ks: list[int], heldout_last: int) -> dict:
-    causal = [r for r in replay.lossless_rules(demand) if r not in ("lru", "farthest-future")]
+    causal = [r for r in engine.lossless_rules(demand) if r not in ("lru", "farthest-future")]
     rules = {
         "lru": "lru",
         "oracle": "farthest-future",
@@ -27,7 +27,7 @@ def curve(demand: Demand, capacity: int, ks: list[int], heldout_last: int) -> di
         **{r: r for r in causal},
     }
     copies = {
-        label: replay.run(demand, replay.make_rule(rule, demand, capacity)).after_fill
+        label: engine.run(demand, engine.make_rule(rule, demand, capacity)).after_fill
         for label, rule in rules.items()
     }
     subsets = {
@@ -39,7 +39,7 @@ def curve(demand: Demand, capacity: int, ks: list[int], heldout_last: int) -> di
         total = {label: int(c[mask].sum()) for label, c in copies.items()}
 
         def share(label, total=total):
-            return replay.gap_recovered(total["lru"], total["oracle"], total[label])
+            return engine.gap_recovered(total["lru"], total["oracle"], total[label])
 
         out[name] = {
             "streams": int(mask.sum()),

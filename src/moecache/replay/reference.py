@@ -18,11 +18,22 @@ from pathlib import Path
 
 import numpy as np
 
-from moecache.demand import PAD, Demand
+from moecache.policies import ZOO
+from moecache.replay.demand import PAD, Demand
 
 # libCacheSim's oracleGeneral record: timestamp, object id, size, next access (virtual time).
 RECORD = np.dtype([("time", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
-ALGORITHMS = {"lru": "LRU", "farthest-future": "Belady"}  # our rule -> libCacheSim's cache
+# Our rule -> libCacheSim's cache of the same algorithm (the zoo's map: moecache.policies).
+ALGORITHMS = {"lru": "LRU", "farthest-future": "Belady", **ZOO}
+# Below these capacities libCacheSim 0.3.5 cannot run the algorithm as published: its
+# queues round to zero slots and admit nothing (2Q, SLRU, W-TinyLFU's 1% window), or the
+# cache refuses to start (S3-FIFO's 10% small queue), so there is nothing to compare.
+MIN_CAPACITY = {"two-q": 4, "slru": 4, "s3-fifo": 20, "w-tinylfu": 100}
+
+
+def runs(rule: str, capacity: int) -> bool:
+    """Whether libCacheSim runs `rule`'s algorithm at `capacity` as published."""
+    return capacity >= MIN_CAPACITY.get(rule, 1)
 
 
 def flat_keys(demand: Demand) -> np.ndarray:

@@ -2,10 +2,11 @@
 
 Each instance is a demand stream of one small layer (N experts, C slots, k per token),
 uniform, Zipf-distributed or bursty. Per instance: the exact minimum over all lossless
-schedules, prefetching included (moecache.optimum), greedy farthest-future, LRU and the
-flattened lower bound, all as the paper's steady traffic B. B_flat <= B* <= B_greedy is a
-theorem, so a violation is a bug and fails the sweep; greedy above B* is a finding and
-every such instance is reported.
+schedules, prefetching included, twice (the LP of moecache.replay.lp and the DP of
+moecache.replay.optimum), greedy farthest-future, LRU and the flattened lower bound, all as
+the paper's steady traffic B. B_flat <= B* <= B_greedy is a theorem and the LP and the DP
+are both exact, so a violation or a disagreement is a bug and fails the sweep; greedy
+above B* is a finding and every such instance is reported.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import itertools
 
 import numpy as np
 
-from moecache import bound, optimum, replay
-from moecache.demand import from_arrays
 from moecache.errors import MoecacheError
 from moecache.policies import make
+from moecache.replay import bound, engine, optimum
+from moecache.replay.demand import from_arrays
 
 
 def groups(settings: dict, seed: int):
@@ -38,12 +39,17 @@ def check_group(requests: np.ndarray, experts: int, capacity: int) -> dict[str, 
     """Every count of every instance of one batch, as steady traffic B."""
     demand = from_arrays(requests, experts)
     lru = make("lru", capacity, experts, demand.top_k, {})
-    flat, best, greedy = bound.sandwich(demand, capacity)
+    result = bound.lp_optimum(demand, capacity)
+    if not (result.integral and result.certified):
+        raise MoecacheError(
+            f"sweep: the LP is not integral and certified on N={experts} C={capacity}"
+        )
     return {
-        "b_flat": flat,
-        "optimum": best,
-        "greedy": greedy,
-        "lru": replay.run(demand, lru).after_fill,
+        "b_flat": bound.flat_bound(demand, capacity)[0],
+        "optimum": result.after_fill,
+        "dp": bound.dp(demand, capacity),
+        "greedy": bound.farthest_future(demand, capacity),
+        "lru": engine.run(demand, lru).after_fill,
     }
 
 
@@ -59,6 +65,13 @@ def run(settings: dict, seed: int) -> dict:
             raise MoecacheError(
                 f"sweep: B_flat {flat[i]} <= optimum {best[i]} <= greedy {greedy[i]} fails for "
                 f"{kind} N={experts} C={capacity} k={top_k}: {requests[i].tolist()}"
+            )
+        differ = best != counts["dp"]
+        if differ.any():
+            i = int(np.argmax(differ))
+            raise MoecacheError(
+                f"sweep: the LP gives {best[i]}, the DP {counts['dp'][i]} for {kind} "
+                f"N={experts} C={capacity} k={top_k}: {requests[i].tolist()}"
             )
         cell = cells.setdefault(
             f"{kind} N={experts} C={capacity} k={top_k}",
@@ -98,6 +111,7 @@ def run(settings: dict, seed: int) -> dict:
         "settings": settings,
         "k_over_c": ratios,
         "greedy_not_optimal": len(not_optimal),
+        "lp_dp_disagreements": 0,  # checked on every instance; one fails the sweep above
         "greedy_above_lru": above_lru,
         "cells": list(cells.values()),
         "not_optimal_instances": not_optimal,

@@ -17,8 +17,8 @@ from moecache.errors import MoecacheError
 
 
 @dataclass(frozen=True)
-class Policy:
-    """One decode run's measured point at 1x."""
+class MeasuredRun:
+    """One decode run's measured point at 1x: where its line of equation (1) starts."""
 
     run: str
     policy: str
@@ -36,11 +36,11 @@ def read_run(path) -> dict:
     return read_json(path, "a decode run's results")
 
 
-def point(report: dict) -> Policy:
+def point(report: dict) -> MeasuredRun:
     from moecache.policies import POLICIES
 
     totals = report["totals"]
-    return Policy(
+    return MeasuredRun(
         run=report["run"],
         policy=report["policy"],
         delta_nll=totals["delta_nll"],
@@ -51,7 +51,7 @@ def point(report: dict) -> Policy:
     )
 
 
-def read_points(paths) -> list[Policy]:
+def read_points(paths) -> list[MeasuredRun]:
     points = []
     for path in paths:
         report = read_run(path)
@@ -65,7 +65,7 @@ def read_points(paths) -> list[Policy]:
     return points
 
 
-def choose(points: list[Policy], tau_ms: float, max_loss: float) -> Policy:
+def choose(points: list[MeasuredRun], tau_ms: float, max_loss: float) -> MeasuredRun:
     """The fastest policy whose Delta NLL is within `max_loss`, at copy time `tau_ms`;
     ties go to the smaller loss, then the run name."""
     admissible = [p for p in points if p.delta_nll <= max_loss]
@@ -77,14 +77,14 @@ def choose(points: list[Policy], tau_ms: float, max_loss: float) -> Policy:
     return min(admissible, key=lambda p: (p.ms_per_token(tau_ms), p.delta_nll, p.run))
 
 
-def crossover(a: Policy, b: Policy) -> float | None:
+def crossover(a: MeasuredRun, b: MeasuredRun) -> float | None:
     """The copy time at which a and b cost the same (None when their lines are parallel)."""
     if a.rho == b.rho:
         return None
     return (b.compute_ms - a.compute_ms) / (a.rho - b.rho)
 
 
-def crossovers(points: list[Policy]) -> list[dict]:
+def crossovers(points: list[MeasuredRun]) -> list[dict]:
     """Every pair whose lines cross at a positive copy time."""
     out = []
     for a, b in itertools.combinations(points, 2):
@@ -94,7 +94,7 @@ def crossovers(points: list[Policy]) -> list[dict]:
     return sorted(out, key=lambda row: row["tau_ms"])
 
 
-def winner_check(points: list[Policy], measured: dict[int, dict[str, float]], tau_ms: float):
+def winner_check(points: list[MeasuredRun], measured: dict[int, dict[str, float]], tau_ms: float):
     """For each multiplier m: among the runs measured at m (run -> measured ms/token), the
     winner equation (1) predicts at m * tau against the one measured fastest."""
     by_run = {p.run: p for p in points}
@@ -116,3 +116,45 @@ def winner_check(points: list[Policy], measured: dict[int, dict[str, float]], ta
         )
         rows[-1]["agree"] = rows[-1]["predicted_winner"] == rows[-1]["measured_winner"]
     return rows
+
+
+def choose_report(points: list[MeasuredRun], tau_ms: float, max_loss: float) -> dict:
+    """What `moecache choose` reports: the choice, every run's predicted ms/token (fastest
+    first) and whether it is within the loss limit, and the crossovers."""
+    best = choose(points, tau_ms, max_loss)
+    ranked = sorted(points, key=lambda p: p.ms_per_token(tau_ms))
+    return {
+        "tau_ms": tau_ms,
+        "max_loss": max_loss,
+        "choice": best.run,
+        "policies": [
+            {
+                "run": p.run,
+                "policy": p.policy,
+                "delta_nll": p.delta_nll,
+                "compute_ms": p.compute_ms,
+                "rho": p.rho,
+                "predicted_ms": p.ms_per_token(tau_ms),
+                "admissible": p.delta_nll <= max_loss,
+            }
+            for p in ranked
+        ],
+        "crossovers": crossovers(points),
+    }
+
+
+def choose_summary(report: dict) -> list[str]:
+    """The report of `choose_report` as lines of text."""
+    best = next(row for row in report["policies"] if row["run"] == report["choice"])
+    lines = [
+        f"fastest within Delta NLL {report['max_loss']:g} at tau {report['tau_ms']:.4g} ms: "
+        f"{best['run']} ({best['policy']}), {best['predicted_ms']:.3f} ms/token",
+        f"{'run':20s} {'Delta NLL':>10s} {'c ms':>8s} {'rho':>6s} {'ms/token':>9s}",
+    ]
+    for row in report["policies"]:
+        mark = "" if row["admissible"] else "  (over the loss limit)"
+        lines.append(
+            f"{row['run']:20s} {row['delta_nll']:+10.4f} {row['compute_ms']:8.3f} "
+            f"{row['rho']:6.2f} {row['predicted_ms']:9.3f}{mark}"
+        )
+    return lines

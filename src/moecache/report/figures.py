@@ -11,10 +11,11 @@ import matplotlib.ticker
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from moecache import costs, provenance  # noqa: E402
+from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
-from moecache.tables import measured_at_multipliers, read  # noqa: E402
+from moecache.report import cost_model  # noqa: E402
+from moecache.report.tables import measured_at_multipliers, read  # noqa: E402
 
 COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
 
@@ -25,7 +26,7 @@ def fig1(runs, scaled, bandwidth):
     if not bandwidth:
         raise MoecacheError("fig1: give --bandwidth (this machine's tau)")
     tau = read(bandwidth[0])["tau_ms"]
-    points = [costs.point(read(path)) for path in runs]
+    points = [cost_model.point(read(path)) for path in runs]
     measured = measured_at_multipliers(scaled)
     multipliers = [1, *sorted(measured)]
     fig, axes = plt.subplots(
@@ -82,10 +83,13 @@ def fig1(runs, scaled, bandwidth):
     return fig, [*runs, *scaled, *bandwidth]
 
 
-def fig2(foresight_file):
-    """Share of the LRU-to-oracle gap against foresight k; causal rules as reference lines."""
-    curve = read(foresight_file)
-    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+def fig2(foresight):
+    """Share of the LRU-to-oracle gap against foresight k, on the first of the `foresight`
+    results given; causal rules as reference lines."""
+    curve = read(foresight[0])
+    # Wide, with the legend beside the axes: a dozen causal reference lines must not hide
+    # the curves.
+    fig, ax = plt.subplots(figsize=(8.4, 4.2))
     styles = {"heldout": ("o-", "held-out sequences"), "all": ("s--", "all sequences")}
     for name, subset in curve["subsets"].items():
         finite = [p for p in subset["foresight"] if p["k"] is not None]
@@ -96,6 +100,9 @@ def fig2(foresight_file):
             [p["k"] for p in finite],
             [p["gap_recovered"] for p in finite],
             marker,
+            color="black" if name == "heldout" else "dimgrey",
+            lw=2,
+            zorder=3,
             label=f"foresight k, {label}",
         )
     reference = (
@@ -103,9 +110,20 @@ def fig2(foresight_file):
         if curve["subsets"]["heldout"]["streams"]
         else (curve["subsets"]["all"])
     )
-    for i, (rule, share) in enumerate(reference["causal"].items()):
-        if share is not None:
-            ax.axhline(share, ls=":", color=f"C{i + 2}", label=f"{rule} (causal)")
+    # Best causal rule first, so the legend reads top to bottom like the lines.
+    causal = sorted(
+        ((rule, share) for rule, share in reference["causal"].items() if share is not None),
+        key=lambda item: -item[1],
+    )
+    colors = plt.get_cmap("tab20").colors
+    for i, (rule, share) in enumerate(causal):
+        ax.axhline(
+            share,
+            ls=(0, (1, 1)) if i % 2 else (0, (4, 2)),
+            lw=1.2,
+            color=colors[i % len(colors)],
+            label=f"{rule} {share:.0%} (causal)",
+        )
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
@@ -113,9 +131,9 @@ def fig2(foresight_file):
     ax.set_ylabel("share of LRU-to-oracle gap recovered")
     ax.set_title("How far ahead eviction needs to see", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
-    return fig, [foresight_file]
+    return fig, [foresight[0]]
 
 
 def write(name: str, fig, sources, out_dir) -> None:
@@ -129,7 +147,5 @@ def write(name: str, fig, sources, out_dir) -> None:
     write_json(out_dir / f"{name}.sources.json", provenance.sources(sources))
 
 
-BUILDERS = {
-    "fig1": lambda a: fig1(a.runs, a.scaled, a.bandwidth),
-    "fig2": lambda a: fig2(a.foresight[0]),
-}
+# Name -> builder; each builder's parameters are the command line's input flags.
+BUILDERS = {"fig1": fig1, "fig2": fig2}

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from moecache import costs, provenance
+from moecache import provenance
 from moecache.atomic import atomic_file, write_json, write_text
 from moecache.atomic import read_json as read
 from moecache.errors import MoecacheError
+from moecache.report import cost_model
 
 
 @dataclass
@@ -27,12 +28,13 @@ class Table:
     parts: dict[str, pd.DataFrame] = field(default_factory=dict)  # "" is the main part
     sources: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # lines after the tables
+    part_captions: dict[str, str] = field(default_factory=dict)  # a part's own caption
 
 
 def policies_frame(runs) -> pd.DataFrame:
     rows = []
     for path in runs:
-        p = costs.point(read(path))
+        p = cost_model.point(read(path))
         rows.append(
             {
                 "run": p.run,
@@ -76,8 +78,8 @@ def table1(runs, scaled, bandwidth) -> Table:
     if not bandwidth:
         raise MoecacheError("table1: give --bandwidth (the first file is this machine's tau)")
     tau = read(bandwidth[0])["tau_ms"]
-    points = [costs.point(read(path)) for path in runs]
-    check = costs.winner_check(points, measured_at_multipliers(scaled), tau)
+    points = [cost_model.point(read(path)) for path in runs]
+    check = cost_model.winner_check(points, measured_at_multipliers(scaled), tau)
     cost_rows = [
         {
             "multiplier": row["multiplier"],
@@ -152,9 +154,9 @@ def table_controller() -> Table:
     )
 
 
-def table_eviction(replays) -> Table:
+def table_eviction(replay) -> Table:
     rows = []
-    for path in replays:
+    for path in replay:
         r = read(path)
         for rule, result in r["rules"].items():
             t = result["totals"]
@@ -171,50 +173,106 @@ def table_eviction(replays) -> Table:
     return Table(
         "table_eviction",
         "Appendix. Eviction rules replayed on the recorded demand",
-        "Each lossless rule replayed on the trace run's demand, per shard: steady transfers "
+        "Each lossless rule (the paper's causal rules, the caching literature's zoo and the "
+        "oracle) replayed on the trace run's demand, per shard: steady transfers "
         "(after_fill, insertions beyond the first C of each stream; steady, the harness's "
         "split), steady copies per token, and the share of the gap between LRU and "
         "farthest-future (full lookahead) each rule recovers. Learned scorers add rows here.",
         {"": pd.DataFrame(rows)},
-        list(replays),
+        list(replay),
     )
 
 
-def table_bounds(bounds, sweeps) -> Table:
-    rows = []
-    for path in bounds:
-        t = read(path)["totals"]
+def table_bounds(bound, sweep) -> Table:
+    rows, mixed_rows, not_optimal = [], [], []
+    for path in bound:
+        report = read(path)
+        t, trace = report["totals"], Path(path).parent.name
         rows.append(
             {
-                "trace": Path(path).parent.name,
+                "trace": trace,
                 "b_flat": t["b_flat"],
+                "b_star": t["b_star"],
                 "b_greedy": t["b_greedy"],
+                "greedy_minus_b_star": t["greedy_minus_b_star"],
+                "greedy_optimal_share": t["greedy_optimal_share"],
                 "gap": t["gap"],
                 "coincide_share": t["coincide_share"],
                 "median_stream_gap": t["median_stream_gap"],
                 "streams": t["streams"],
+                "integral": t["integral"],
+                "lp_seconds": t["lp_seconds"],
             }
         )
+        not_optimal += [
+            f"{trace} {s['stream']}" for s in report["streams"] if not s["greedy_optimal"]
+        ]
+        mixed = report.get("mixed_precision")
+        if mixed:
+            m = mixed["totals"]
+            mixed_rows.append(
+                {
+                    "trace": trace,
+                    "share": mixed["share"],
+                    "cost": mixed["cost"],
+                    "lp": m["lp"],
+                    "farthest_future": m["farthest_future"],
+                    "farthest_future_gap": m["farthest_future_gap"],
+                    "farthest_future_optimal_share": m["farthest_future_optimal_share"],
+                    "cheapest": m["cheapest"],
+                    "cheapest_gap": m["cheapest_gap"],
+                    "integral": m["integral"],
+                }
+            )
     sweep_rows = [
         {
             "instances": s["instances"],
             "k_over_c": " ".join(map(str, s["k_over_c"])),
             "greedy_not_optimal": s["greedy_not_optimal"],
             "greedy_above_lru": s["greedy_above_lru"],
+            "lp_dp_disagreements": s["lp_dp_disagreements"],
         }
-        for s in map(read, sweeps)
+        for s in map(read, sweep)
     ]
+    if not bound:
+        verdict = "No shard was bounded."
+    elif not_optimal:
+        verdict = (
+            f"At unit cost, greedy farthest-future is above B* on {len(not_optimal)} streams: "
+            f"{', '.join(not_optimal[:10])}{' ...' if len(not_optimal) > 10 else ''}."
+        )
+    else:
+        verdict = "At unit cost, greedy farthest-future equals B* on every stream of every shard."
     return Table(
         "table_bounds",
         "Appendix. Farthest-future eviction against the fewest copies possible",
         "Per shard: the lower bound B_flat (classical MIN on the flattened stream, the "
-        "tightest of the within-token orders tried), greedy farthest-future B_greedy, their "
-        "relative gap, the share of (layer, sequence) streams where they coincide and the "
-        "median gap per stream. Sweep: greedy against the exact optimum (prefetching "
-        "allowed) on random instances; every instance where greedy is not optimal is listed "
-        "in the sweep's results file.",
-        {"": pd.DataFrame(rows), "sweep": pd.DataFrame(sweep_rows)},
-        [*bounds, *sweeps],
+        "tightest of the within-token orders tried), the exact optimum B* (the fewest copies "
+        "of any lossless schedule, prefetching allowed: a linear program whose solution is "
+        "checked integral, docs/optimum.md), greedy farthest-future B_greedy, greedy's "
+        "distance to B* (copies, and the share of (layer, sequence) streams where greedy "
+        "is optimal), the relative gap between B_greedy and B_flat, the share of streams "
+        "where they coincide, the median gap per stream and the LP's seconds for the shard. "
+        "Sweep: greedy against the exact optimum (the LP, cross-checked against the "
+        "dynamic program on every instance) on random instances; every instance where "
+        "greedy is not optimal is listed in the sweep's results file.",
+        {
+            "": pd.DataFrame(rows),
+            "sweep": pd.DataFrame(sweep_rows),
+            "mixed_precision": pd.DataFrame(mixed_rows),
+        },
+        [*bound, *sweep],
+        [verdict],
+        {
+            "mixed_precision": "Where the optimum stops being greedy: the same recorded demand "
+            "with non-unit copy costs, a seeded random `share` of each layer's experts kept at "
+            "lower precision and costing `cost` per copy (the others 1). Reload cost (the "
+            "total minus each requested expert's first load, which every schedule pays) of "
+            "the least-cost schedule (the LP), of farthest-future and of the cost-aware "
+            "greedy that evicts the cheapest expert to reload; their relative gaps to the "
+            "LP, and the share of streams where farthest-future is still optimal. When "
+            "copies cost different amounts, the farthest-future oracle is not the optimum."
+        },
     )
 
 
@@ -241,14 +299,15 @@ def table_replication(runs, replication) -> Table:
     )
 
 
+# Name -> builder; each builder's parameters are the command line's input flags.
 BUILDERS = {
-    "table1": lambda a: table1(a.runs, a.scaled, a.bandwidth),
-    "table2": lambda a: table2(),
-    "table3": lambda a: table3(),
-    "table_controller": lambda a: table_controller(),
-    "table_eviction": lambda a: table_eviction(a.replay),
-    "table_bounds": lambda a: table_bounds(a.bound, a.sweep),
-    "table_replication": lambda a: table_replication(a.runs, a.replication),
+    "table1": table1,
+    "table2": table2,
+    "table3": table3,
+    "table_controller": table_controller,
+    "table_eviction": table_eviction,
+    "table_bounds": table_bounds,
+    "table_replication": table_replication,
 }
 
 
@@ -262,6 +321,8 @@ def write(table: Table, out_dir) -> None:
             frame.to_csv(tmp, index=False)
         if part:
             lines += [f"**{part.replace('_', ' ')}**", ""]
+        if part in table.part_captions:
+            lines += [table.part_captions[part], ""]
         if len(frame):
             lines += [frame.to_markdown(index=False, floatfmt=".4g"), ""]
         else:

@@ -1,0 +1,1 @@
+"""The model under study: loading any OLMoE checkpoint, training the embedded one."""

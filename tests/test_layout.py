@@ -1,0 +1,34 @@
+"""The package is laid out by stage, one folder per Snakemake rule file, and trace replay
+runs without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import REPO
+
+STAGES = ("data", "model", "harness", "replay", "report")
+
+
+def test_one_folder_per_rule_file():
+    package = REPO / "src" / "moecache"
+    rules = {path.stem for path in (REPO / "workflow" / "rules").glob("*.smk")}
+    assert rules - {"common"} == set(STAGES)
+    for stage in STAGES:
+        assert (package / stage / "__init__.py").is_file()
+    loose = {path.stem for path in package.glob("*.py")}
+    assert loose == {"__init__", "__main__", "atomic", "cli", "config", "errors", "provenance"}
+
+
+def test_replay_runs_without_torch():
+    code = (
+        "import sys, pkgutil, importlib, moecache.replay as r\n"
+        "for m in pkgutil.iter_modules(r.__path__):\n"
+        "    importlib.import_module(f'moecache.replay.{m.name}')\n"
+        "import moecache.harness.trace, moecache.policies\n"
+        "print('torch' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
