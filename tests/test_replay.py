@@ -429,3 +429,45 @@ def test_replay_outputs_of_the_pipeline(smoke_run):
         assert timed["replay"]["requests_per_second"] > 0 and not timed["replay"]["vectorised"]
         capacity = config["replay"]["benchmark"]["capacity"]
         assert (timed["speed_ratio"] is not None) == reference.runs(rule, capacity)
+
+
+def test_every_zoo_rule_replays_a_trace_and_a_demand_file(tmp_path, smoke_run):
+    """`moecache replay --rule NAME` for each zoo name, on a harness trace and on a
+    JSON-lines demand file; the trace's counts equal stepping the rule directly."""
+    from conftest import SMOKE, load_yaml
+
+    from moecache.harness.trace import read_demand
+
+    rules = [arg for name in ZOO for arg in ("--rule", name)]
+    demand_file = write_lines(tmp_path / "d.jsonl", STREAMS)
+    on_file = moecache(
+        "replay",
+        "--demand",
+        str(demand_file),
+        "--experts",
+        "6",
+        "--capacity",
+        "3",
+        *rules,
+        "--json",
+        check=True,
+    )
+    assert set(json.loads(on_file.stdout)["rules"]) == set(ZOO)
+    config = load_yaml(SMOKE)
+    trace = smoke_run / "results/traces/a/lru-x1.parquet"
+    capacity = config["harness"]["capacity"]
+    on_trace = moecache(
+        "replay",
+        "--trace",
+        str(trace),
+        "--capacity",
+        str(capacity),
+        *rules,
+        "--json",
+        check=True,
+    )
+    report = json.loads(on_trace.stdout)["rules"]
+    demand = read_demand(trace)
+    for name in ZOO:
+        direct = engine.run(demand, engine.make_rule(name, demand, capacity))
+        assert report[name]["totals"]["insertions"] == int(direct.insertions.sum()), name
