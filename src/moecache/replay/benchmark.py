@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from moecache.policies import EventPolicy
+from moecache.policies import POLICIES, EventPolicy
 from moecache.replay import engine, lp, optimum, reference
 from moecache.replay.demand import Demand, padded
 
@@ -49,7 +49,7 @@ def run(demand: Demand, capacity: int, rounds: int) -> dict:
             ours, theirs = [], []
             # Rules driven by events step each stream in Python, about 20x slower than the
             # vectorised ones: fewer rounds keep the job short.
-            vectorised = not isinstance(engine.make_rule(rule, demand, capacity), EventPolicy)
+            vectorised = not issubclass(POLICIES[rule], EventPolicy)
             compared = reference.runs(rule, capacity)
             for _ in range(rounds if vectorised else min(rounds, EVENT_ROUNDS)):
                 # Building the rule counts: farthest future reads the whole stream ahead.

@@ -82,14 +82,20 @@ def lp_optimum(demand: Demand, capacity: int) -> lp.Optimum:
     return lp.solve(demand.requests, demand.num_experts, capacity)
 
 
-def check_sandwich(flat, best, upper, streams) -> None:
-    """B_flat <= B* <= B_greedy is a theorem: a violation is a bug, so it stops the job."""
+def check_sandwich(flat, best, upper, where) -> None:
+    """B_flat <= B* <= B_greedy is a theorem: a violation is a bug, so it stops the job.
+    `where(i)` names item i (a stream, a sweep instance) in the message."""
     broken = (flat > best) | (best > upper)
     if broken.any():
         i = int(np.argmax(broken))
         raise MoecacheError(
-            f"stream {streams[i]}: B_flat {flat[i]} <= B* {best[i]} <= B_greedy {upper[i]} fails"
+            f"{where(i)}: B_flat {flat[i]} <= B* {best[i]} <= B_greedy {upper[i]} fails"
         )
+
+
+def stream_named(demand: Demand):
+    """Names stream i of `demand` in an error message."""
+    return lambda i: f"stream {demand.streams[i]}"
 
 
 def lp_summary(result: lp.Optimum) -> dict:
@@ -109,7 +115,7 @@ def report(demand: Demand, capacity: int, mixed: dict | None = None) -> dict:
     upper = farthest_future(demand, capacity)
     result = lp_optimum(demand, capacity)
     best = result.after_fill
-    check_sandwich(flat, best, upper, demand.streams)
+    check_sandwich(flat, best, upper, stream_named(demand))
     gaps = [relative_gap(int(g), int(f)) for g, f in zip(upper, flat, strict=True)]
     total_flat, total_greedy, total_best = int(flat.sum()), int(upper.sum()), int(best.sum())
     return {
@@ -170,12 +176,13 @@ def dp(demand: Demand, capacity: int) -> np.ndarray:
     return best - np.minimum(capacity, demand.distinct)
 
 
-def check_lp_equals_dp(best, by_dp, streams) -> None:
-    """Two exact methods that disagree mean a bug in one of them: stop the job."""
+def check_lp_equals_dp(best, by_dp, where) -> None:
+    """Two exact methods that disagree mean a bug in one of them: stop the job. `where(i)`
+    names item i in the message."""
     differ = best != by_dp
     if differ.any():
         i = int(np.argmax(differ))
-        raise MoecacheError(f"stream {streams[i]}: the LP gives B* {best[i]}, the DP {by_dp[i]}")
+        raise MoecacheError(f"{where(i)}: the LP gives B* {best[i]}, the DP {by_dp[i]}")
 
 
 def sandwich(demand: Demand, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -195,10 +202,10 @@ def optimum_report(demand: Demand, capacity: int) -> dict:
     upper = farthest_future(demand, capacity)
     result = lp_optimum(demand, capacity)
     best = result.after_fill
-    check_sandwich(flat, best, upper, demand.streams)
+    check_sandwich(flat, best, upper, stream_named(demand))
     by_dp = dp(demand, capacity) if demand.num_experts <= optimum.MAX_EXPERTS else None
     if by_dp is not None:
-        check_lp_equals_dp(best, by_dp, demand.streams)
+        check_lp_equals_dp(best, by_dp, stream_named(demand))
     return {
         "capacity": capacity,
         "experts": demand.num_experts,

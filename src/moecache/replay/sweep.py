@@ -59,20 +59,14 @@ def run(settings: dict, seed: int) -> dict:
     for kind, (experts, capacity, top_k), tokens, requests in groups(settings, seed):
         counts = check_group(requests, experts, capacity)
         flat, best, greedy, lru = (counts[k] for k in ("b_flat", "optimum", "greedy", "lru"))
-        broken = (flat > best) | (best > greedy)
-        if broken.any():
-            i = int(np.argmax(broken))
-            raise MoecacheError(
-                f"sweep: B_flat {flat[i]} <= optimum {best[i]} <= greedy {greedy[i]} fails for "
-                f"{kind} N={experts} C={capacity} k={top_k}: {requests[i].tolist()}"
-            )
-        differ = best != counts["dp"]
-        if differ.any():
-            i = int(np.argmax(differ))
-            raise MoecacheError(
-                f"sweep: the LP gives {best[i]}, the DP {counts['dp'][i]} for {kind} "
-                f"N={experts} C={capacity} k={top_k}: {requests[i].tolist()}"
-            )
+
+        label = f"sweep, {kind} N={experts} C={capacity} k={top_k}"
+
+        def where(i, label=label, requests=requests):
+            return f"{label}: instance {requests[i].tolist()}"
+
+        bound.check_sandwich(flat, best, greedy, where)
+        bound.check_lp_equals_dp(best, counts["dp"], where)
         cell = cells.setdefault(
             f"{kind} N={experts} C={capacity} k={top_k}",
             {
