@@ -103,22 +103,22 @@ def cmd_decode(args):
     from moecache.harness import jobs
 
     settings = load_settings(args, ("model", "harness"))
-    report = jobs.run_decode(
+    runs = jobs.run_decode(
         settings,
         args.model,
         args.sequences,
-        args.run,
-        args.multiplier,
+        args.shard,
+        args.first_shard or args.shard,
         args.gates,
-        args.out,
-        args.trace_out,
-        args.trace_in,
+        args.out_dir,
     )
-    t = report["totals"]
-    print(
-        f"{args.run} x{args.multiplier}: NLL {t['nll']:.4f} (delta {t['delta_nll']:+.4f}), "
-        f"{t['tokens_per_second']:.1f} tok/s, rho {t['rho']:.2f}"
-    )
+    for label, t in runs.items():
+        low, high = t["tokens_per_second_ci"]
+        print(
+            f"{label}: NLL {t['nll']:.4f} (delta {t['delta_nll']:+.4f}), "
+            f"{t['tokens_per_second']:.1f} tok/s (95% {low:.1f}-{high:.1f}), "
+            f"{t['copies_per_token']:.2f} copies/token, {100 * t['copy_share']:.1f}% of a step"
+        )
 
 
 def cmd_probe_layers(args):
@@ -135,10 +135,12 @@ def cmd_bandwidth(args):
 
     settings = load_settings(args, ("model", "harness"))
     r = jobs.run_bandwidth(settings, args.model, args.out)
-    print(
-        f"tau {r['tau_ms']:.4f} ms per expert, loop {r['loop_gib_per_s']:.1f} GiB/s, "
-        f"one large copy {r['large_gib_per_s']:.1f} GiB/s"
-    )
+    for m, row in r["multipliers"].items():
+        print(
+            f"x{m}: tau {row['tau_ms']:.4f} ms per expert copy ({row['ratio_to_1x']:.2f} x 1x), "
+            f"group overhead {row['group_overhead_ms']:.4f} ms"
+        )
+    print(f"one large copy {r['large_gib_per_s']:.1f} GiB/s, loop {r['loop_gib_per_s']:.1f} GiB/s")
 
 
 def read_demand(args):
@@ -378,14 +380,14 @@ def parser() -> argparse.ArgumentParser:
     p = with_settings(command("gates", cmd_gates, "exactness gates on one shard"))
     on_model(p, "--sequences", "--out")
 
-    p = with_settings(command("decode", cmd_decode, "decode one shard under one run's policy"))
+    p = with_settings(
+        command("decode", cmd_decode, "decode one shard under every run, interleaved")
+    )
     on_model(p, "--sequences")
-    p.add_argument("--run", required=True, help="a run name of harness.runs")
-    p.add_argument("--multiplier", type=int, default=1, help="repeat every copy m times")
+    p.add_argument("--shard", required=True, help="the shard's name (corpus.heldout.shards)")
+    p.add_argument("--first-shard", help="the first shard, where runs decode at every multiplier")
     p.add_argument("--gates", required=True, type=Path, help="the shard's gates file")
-    p.add_argument("--trace-in", type=Path, help="recorded demand, for farthest-future")
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--trace-out", required=True, type=Path)
+    p.add_argument("--out-dir", required=True, type=Path, help="a results file and trace a run")
 
     p = with_settings(
         command(

@@ -9,7 +9,6 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from moecache import config as configs
-from moecache.policies import POLICIES
 
 try:
     validate(config, "../schemas/config.schema.yaml")
@@ -73,13 +72,6 @@ def decode_outputs():
                 if m == 1 or shard == SHARDS[0]:
                     outputs.append(f"results/runs/{shard}/{name}-x{m}.json")
     return outputs
-
-
-def trace_input(wildcards):
-    """The recorded demand a farthest-future run reads: the trace run at 1x, same shard."""
-    if not POLICIES[RUNS[wildcards.run]["policy"]].needs_future:
-        return []
-    return TRACE.format(shard=wildcards.shard)
 
 
 TRACE_SHARDS = RUNS[TRACE_RUN].get("shards", SHARDS)

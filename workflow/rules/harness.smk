@@ -31,18 +31,17 @@ rule gates:
 
 
 rule decode:
+    """Every run of one shard, at its copy multipliers, interleaved in one process."""
     input:
         model=built("results/model"),
         sequences="results/heldout/{shard}.parquet",
         gates="results/gates/{shard}.json",
-        trace_in=trace_input,
     output:
-        results="results/runs/{shard}/{run}-x{multiplier}.json",
-        trace="results/traces/{shard}/{run}-x{multiplier}.parquet",
+        directory("results/decode/{shard}"),
     log:
-        "logs/decode/{shard}/{run}-x{multiplier}.log",
+        "logs/decode/{shard}.log",
     benchmark:
-        "benchmarks/decode/{shard}/{run}-x{multiplier}.tsv"
+        "benchmarks/decode/{shard}.tsv"
     conda:
         CONDA_ENV
     threads: config["harness"]["threads"]
@@ -51,14 +50,27 @@ rule decode:
     params:
         settings=settings("model", "harness"),
         model=built_or_pretrained("model"),
-        trace_in=lambda wildcards, input: (
-            f"--trace-in {input.trace_in}" if input.trace_in else ""
-        ),
     shell:
         "moecache decode --settings {params.settings:q} --model {params.model:q}"
-        " --sequences {input.sequences} --run {wildcards.run}"
-        " --multiplier {wildcards.multiplier} --gates {input.gates} {params.trace_in}"
-        " --out {output.results} --trace-out {output.trace} > {log} 2>&1"
+        " --sequences {input.sequences} --shard {wildcards.shard}"
+        f" --first-shard {FIRST_SHARD} --gates {{input.gates}} --out-dir {{output}}"
+        " > {log} 2>&1"
+
+
+rule run_results:
+    """One run's results file and trace, from its shard's decode job."""
+    input:
+        "results/decode/{shard}",
+    output:
+        results="results/runs/{shard}/{run}-x{multiplier}.json",
+        trace="results/traces/{shard}/{run}-x{multiplier}.parquet",
+    log:
+        "logs/runs/{shard}/{run}-x{multiplier}.log",
+    localrule: True
+    shell:
+        "(cp {input}/{wildcards.run}-x{wildcards.multiplier}.json {output.results}"
+        " && cp {input}/{wildcards.run}-x{wildcards.multiplier}.parquet {output.trace})"
+        " > {log} 2>&1"
 
 
 rule probe_layers:

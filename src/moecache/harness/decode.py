@@ -1,37 +1,113 @@
 """Teacher-forced decoding, batch 1 with the KV cache, over a shard's held-out sequences.
 
-Measures next-token NLL (per sequence and token-weighted), tokens/s, copies, copy time and
-compute time; a global warm-up and each sequence's first token are left out of the timing.
+Several arms (the model's own blocks, or pooled blocks under one policy and copy
+multiplier each) decode the same sequences in one process, interleaved: every sequence is
+decoded by every arm before the next sequence starts, in an order that rotates, so that
+the machine's drift falls on all arms alike. Each arm reports next-token NLL (per
+sequence and token-weighted), tokens/s with a 95% interval over the sequences, copies,
+copy time and compute time; a global warm-up per arm and each sequence's first token are
+left out of the timing. With `repeats` > 1 every sequence is timed that many times per arm
+(the median is kept); counts must come out identical each time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import statistics
+from dataclasses import dataclass, field
 
 import torch
 from tqdm import tqdm
 
 from moecache import policies
-from moecache.harness.pool import ExpertPool
+from moecache.errors import MoecacheError
+from moecache.harness.link import SlowLink
+from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.pooled_block import PooledMoeBlock
-from moecache.harness.timing import Stopwatch
+from moecache.harness.timing import Stopwatch, bootstrap_ratio
+
+
+@dataclass
+class Offload:
+    """The restricted layers offloaded: host experts and device slots per layer, one link."""
+
+    model: object
+    own: dict  # layer -> the model's own MoE block
+    hosts: dict  # layer -> HostExperts
+    link: SlowLink
+
+    def arm(self, name, make_policy, capacity, multiplier=1, future_of=None) -> Arm:
+        blocks = {
+            layer: PooledMoeBlock(
+                mlp, ExpertPool(self.hosts[layer], capacity, multiplier, self.link), make_policy()
+            )
+            for layer, mlp in self.own.items()
+        }
+        return Arm(name, blocks, multiplier, future_of)
+
+    def device_bytes(self) -> dict:
+        """What the device holds while pooled: the weights left on it, the slots, the link."""
+        on_device = sum(
+            p.numel() * p.element_size()
+            for p in self.model.parameters()
+            if p.device.type != "cpu" or self.link.device[0].device.type == "cpu"
+        )
+        offloaded = sum(
+            p.numel() * p.element_size()
+            for mlp in self.own.values()
+            for p in mlp.experts.parameters()
+        )
+        report = {
+            "weights_bytes": on_device - offloaded,
+            "offloaded_expert_bytes": offloaded,
+            "slot_bytes": sum(host.slot_bytes for host in self.hosts.values()),
+            "link_ring_bytes": self.link.nbytes,
+        }
+        device = self.link.device[0].device
+        if device.type == "cuda":
+            report["cuda_memory_allocated_bytes"] = torch.cuda.memory_allocated(device)
+        return report
+
+
+@dataclass
+class Arm:
+    name: str
+    blocks: dict  # layer -> PooledMoeBlock; empty: the model's own blocks
+    multiplier: int = 1
+    future_of: str | None = None  # the arm whose demand, same sequence, this one reads
+    rows: list = field(default_factory=list)
+    traces: list = field(default_factory=list)
 
 
 @contextlib.contextmanager
-def pooled(model, layers, capacity, device, multiplier, make_policy):
-    """Replace `mlp` in each restricted layer with a pooled block (yields layer -> block);
-    the model's own blocks are put back afterwards."""
+def offloaded(model, layers, capacity: int, device: str, ring_mib: int, keep_own=False):
+    """Move the restricted layers' expert weights off the device into host memory, with
+    `capacity` device slots per layer; the model is put back as it was afterwards.
+    `keep_own`: the model's own weights stay on the device too, for an arm that runs the
+    model's own blocks beside the pooled ones (the gates)."""
     own = {layer: model.model.layers[layer].mlp for layer in layers}
-    blocks = {}
+    device = torch.device(device)
     try:
+        hosts = {}
         for layer, mlp in own.items():
-            pool = ExpertPool(mlp.experts, capacity, device, multiplier)
-            blocks[layer] = PooledMoeBlock(mlp, pool, make_policy(), mlp.experts.act_fn)
-            model.model.layers[layer].mlp = blocks[layer]
-        yield blocks
+            if not keep_own:
+                mlp.experts.to("cpu")  # the original weights leave the device while pooled
+            hosts[layer] = HostExperts(mlp.experts, capacity, device)
+        some = next(iter(hosts.values()))
+        link = SlowLink(
+            some.gate_up_host[0], some.down_host[0], device, ring_mib, device.type == "cuda"
+        )
+        yield Offload(model, own, hosts, link)
     finally:
         for layer, mlp in own.items():
+            mlp.experts.to(device)
             model.model.layers[layer].mlp = mlp
+
+
+def use(model, arm: Arm, own: dict) -> None:
+    """Put `arm`'s blocks into the model (the model's own where the arm has none)."""
+    for layer, mlp in own.items():
+        model.model.layers[layer].mlp = arm.blocks.get(layer, mlp)
 
 
 def next_token_nll_sum(logits: torch.Tensor, x: torch.Tensor) -> float:
@@ -52,90 +128,151 @@ def batched_nll(model, sequences, device) -> float:
     return total / scored
 
 
-def counters(blocks) -> tuple[int, int, float]:
-    pools = [b.pool for b in blocks.values()]
-    return (
-        sum(p.fills for p in pools),
-        sum(p.steady for p in pools),
-        sum(p.copy_seconds for p in pools),
-    )
-
-
 @torch.inference_mode()
-def decode(
-    model, sequences, device, blocks=None, futures=None, warmup_tokens=16, label="decode"
-) -> dict:
-    """Decode every sequence token by token. `futures[layer][seq]` is the recorded demand
-    handed to policies that read the future."""
+def decode_one(model, arm: Arm, ids, device, future=None) -> dict:
+    """One sequence under `arm` (its blocks already in the model); `future[layer]`: the
+    sequence's recorded demand, for policies that read it."""
     from transformers import DynamicCache
 
-    blocks = blocks or {}
     watch = Stopwatch(device)
-
-    def run(ids, seq, timed):
-        for layer, block in blocks.items():
-            block.reset(futures[layer][seq] if futures else None)
-        cache = DynamicCache(config=model.config)
-        x = torch.tensor([ids], device=device)
-        row = {
-            "sequence": seq,
-            "tokens": len(ids),
-            "nll_sum": 0.0,
-            "scored": len(ids) - 1,
-            "timed_tokens": 0,
-            "step_seconds": 0.0,
-            "copy_seconds": 0.0,
-            "timed_copies": 0,
-        }
-        for t in range(len(ids)):
-            before = counters(blocks)
-            watch.start()
-            logits = model(input_ids=x[:, t : t + 1], cache=cache, use_cache=True).logits
-            seconds = watch.stop()
-            fills, steady, copy_s = (a - b for a, b in zip(counters(blocks), before, strict=True))
-            if t + 1 < len(ids):
-                row["nll_sum"] -= torch.log_softmax(logits[0, -1].float(), -1)[ids[t + 1]].item()
-            if timed and t > 0:
-                row["timed_tokens"] += 1
-                row["step_seconds"] += seconds
-                row["copy_seconds"] += copy_s
-                row["timed_copies"] += fills + steady
-        return row
-
-    for block in blocks.values():
+    pools = [block.pool for block in arm.blocks.values()]
+    for layer, block in arm.blocks.items():
+        block.reset(future[layer] if future else None)
         block.pool.clear_counts()
-    run(sequences[0][: warmup_tokens + 1], 0, timed=False)  # global warm-up, not counted
-    for block in blocks.values():
-        block.pool.clear_counts()
-    rows, traces = [], []
+    cache = DynamicCache(config=model.config)
+    x = torch.tensor([ids], device=device)
+    nll_sum, step_seconds, first_fills = 0.0, 0.0, 0
+    for t in range(len(ids)):
+        watch.start()
+        logits = model(input_ids=x[:, t : t + 1], cache=cache, use_cache=True).logits
+        seconds = watch.stop()  # waits for the device, so the copy timers can be read
+        if t + 1 < len(ids):
+            nll_sum -= torch.log_softmax(logits[0, -1].float(), -1)[ids[t + 1]].item()
+        if t == 0:  # the first token fills the empty pool and is not timed
+            first_fills = sum(p.fills for p in pools)
+            for pool in pools:
+                pool.clear_counts()
+        else:
+            step_seconds += seconds
+    timed_copies = sum(p.fills + p.steady for p in pools)
+    return {
+        "tokens": len(ids),
+        "nll_sum": nll_sum,
+        "scored": len(ids) - 1,
+        "timed_tokens": len(ids) - 1,
+        "step_seconds": step_seconds,
+        "copy_seconds": sum(lap.seconds() for p in pools for lap in p.laps),
+        "timed_copies": timed_copies,
+        "copy_groups": sum(p.groups for p in pools),
+        "fills": first_fills + sum(p.fills for p in pools),
+        "steady": sum(p.steady for p in pools),
+    }
+
+
+def order(arms: list[Arm], turn: int) -> list[Arm]:
+    """Arms whose demand others read go first; the rest in an order rotated by `turn`."""
+    read = {arm.future_of for arm in arms}
+    first = [arm for arm in arms if arm.name in read]
+    rest = [arm for arm in arms if arm.name not in read]
+    turn %= max(len(rest), 1)
+    return first + rest[turn:] + rest[:turn]
+
+
+def decode(
+    model, sequences, device, arms: list[Arm], own: dict, warmup_tokens=16, repeats=1, seed=0
+) -> dict[str, dict]:
+    """Decode every sequence under every arm, interleaved; results per arm name."""
+    names = {arm.name for arm in arms}
+    for arm in arms:
+        if arm.future_of is not None and arm.future_of not in names:
+            raise MoecacheError(f"run {arm.name}: reads the demand of {arm.future_of}, not here")
+    try:
+        # A global warm-up, not counted: every arm decodes the first tokens once.
+        one_pass(model, [sequences[0][: warmup_tokens + 1]], device, arms, own, 0, None)
+        for rep in range(repeats):
+            one_pass(model, sequences, device, arms, own, rep, keep)
+    finally:
+        use(model, Arm("own", {}), own)
+    return {arm.name: finish(arm, repeats, seed) for arm in arms}
+
+
+def one_pass(model, sequences, device, arms, own, rep, record) -> None:
+    label = f"pass {rep + 1}" if record else "warm-up"
     for seq, ids in enumerate(tqdm(sequences, desc=label, unit="seq")):
-        before = counters(blocks)
-        row = run(ids, seq, timed=True)
-        fills, steady, _ = (a - b for a, b in zip(counters(blocks), before, strict=True))
-        row.update(fills=fills, steady=steady, nll=row["nll_sum"] / row["scored"])
-        rows.append(row)
-        for layer, block in blocks.items():
-            traces.extend({"sequence": seq, "layer": layer, **step} for step in block.trace)
-    return {"sequences": rows, "totals": totals(rows), "trace": traces}
+        demand = {}
+        for arm in order(arms, seq + rep):
+            use(model, arm, own)
+            row = decode_one(model, arm, ids, device, demand.get(arm.future_of))
+            demand[arm.name] = {
+                layer: [step["requested"] for step in block.trace]
+                for layer, block in arm.blocks.items()
+            }
+            if record:
+                record(arm, seq, rep, row)
 
 
-def totals(rows) -> dict:
+COUNTS = ("nll_sum", "timed_copies", "copy_groups", "fills", "steady")
+
+
+def keep(arm: Arm, seq: int, rep: int, row: dict) -> None:
+    """The first pass keeps counts, NLL and the trace; later passes only add timings."""
+    if rep == 0:
+        row.update(sequence=seq, step_repeats=[row["step_seconds"]])
+        row["copy_repeats"] = [row["copy_seconds"]]
+        arm.rows.append(row)
+        for layer, block in arm.blocks.items():
+            arm.traces.extend({"sequence": seq, "layer": layer, **s} for s in block.trace)
+        return
+    kept = arm.rows[seq]
+    changed = [key for key in COUNTS if kept[key] != row[key]]
+    if changed:
+        raise MoecacheError(
+            f"run {arm.name}: sequence {seq} gave other {', '.join(changed)} on pass {rep + 1}"
+        )
+    kept["step_repeats"].append(row["step_seconds"])
+    kept["copy_repeats"].append(row["copy_seconds"])
+
+
+def finish(arm: Arm, repeats: int, seed: int) -> dict:
+    for row in arm.rows:  # the median pass of each sequence
+        row["step_seconds"] = statistics.median(row["step_repeats"])
+        row["copy_seconds"] = statistics.median(row["copy_repeats"])
+        row["nll"] = row["nll_sum"] / row["scored"]
+    return {"sequences": arm.rows, "totals": totals(arm.rows, repeats, seed), "trace": arm.traces}
+
+
+def totals(rows, repeats: int = 1, seed: int = 0) -> dict:
     def total(key):
         return sum(r[key] for r in rows)
 
     timed, steps, copy_s = total("timed_tokens"), total("step_seconds"), total("copy_seconds")
-    copies = total("timed_copies")
+    copies, groups = total("timed_copies"), total("copy_groups")
+    tokens = [r["timed_tokens"] for r in rows]
+    step_ci = bootstrap_ratio([1e3 * r["step_seconds"] for r in rows], tokens, seed)
+    compute_ci = bootstrap_ratio(
+        [1e3 * (r["step_seconds"] - r["copy_seconds"]) for r in rows], tokens, seed
+    )
     return {
         "nll": total("nll_sum") / total("scored"),
         "scored_tokens": total("scored"),
         "timed_tokens": timed,
         "tokens_per_second": timed / steps,
+        "tokens_per_second_ci": [1e3 / step_ci[1], 1e3 / step_ci[0]],
         "fills": total("fills"),
         "steady_copies": total("steady"),
         "rho": total("steady") / timed,
+        "timed_copies": copies,
+        "copies_per_token": copies / timed,
+        "copy_groups": groups,
+        "groups_per_token": groups / timed,
         "tau_ms": 1e3 * copy_s / copies if copies else None,
+        "copy_ms": 1e3 * copy_s / timed,
+        "copy_share": copy_s / steps,
         "compute_ms": 1e3 * (steps - copy_s) / timed,
+        "compute_ms_ci": compute_ci,
         "step_ms": 1e3 * steps / timed,
+        "step_ms_ci": step_ci,
+        "repeats": repeats,
     }
 
 

@@ -7,7 +7,6 @@ decode runs); the command line only parses arguments and calls these.
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import torch
@@ -15,36 +14,47 @@ import torch
 from moecache import provenance
 from moecache.data import corpus
 from moecache.errors import MoecacheError
-from moecache.harness import decode, gates, profile, trace
-from moecache.harness.pool import ExpertPool
-from moecache.harness.timing import Stopwatch
+from moecache.harness import bandwidth, decode, gates, profile, trace
 from moecache.model import checkpoint
-from moecache.policies import Plan
+
+DEFAULT_RING_MIB = 128
 
 
 def load(settings: dict, model_source: str, sequences_path):
-    harness, model_settings = settings["harness"], settings["model"]
+    harness = settings["harness"]
     torch.set_num_threads(harness["threads"])
     torch.manual_seed(settings["seed"])
-    model = checkpoint.load(
-        model_source, model_settings["dtype"], harness["device"], model_settings["architecture"]
-    )
+    model = load_model(settings, model_source, harness["device"])
     return model, corpus.read_sequences(sequences_path)
+
+
+def load_model(settings: dict, model_source: str, device: str):
+    model_settings = settings["model"]
+    return checkpoint.load(
+        model_source,
+        model_settings["dtype"],
+        device,
+        model_settings["architecture"],
+        model_settings.get("experts_implementation"),
+    )
+
+
+def ring_mib(harness: dict) -> int:
+    return harness.get("link_ring_mib", DEFAULT_RING_MIB)
 
 
 def run_profile(settings, model_source, sequences_path, out) -> dict:
     """One expert copy and one token's compute, measured; held-out NLL and routing reuse."""
     model, sequences = load(settings, model_source, sequences_path)
-    device = settings["harness"]["device"]
-    layer = model.model.layers[settings["harness"]["restricted_layers"][0]]
-    nbytes, copy_s = profile.expert_copy_seconds(
-        layer.mlp.experts, device, repeats=10 * model.config.num_experts
-    )
+    harness = settings["harness"]
+    device = harness["device"]
+    layer = model.model.layers[harness["restricted_layers"][0]]
+    copy = bandwidth.measure(layer.mlp.experts, device, [1], ring_mib(harness))
     token_s = profile.token_seconds(model, sequences, device)
     report = {
         "device": device,
-        "expert_bytes": nbytes,
-        "expert_copy_ms": copy_s * 1e3,
+        "expert_bytes": copy["expert_bytes"],
+        "expert_copy_ms": copy["tau_ms"],
         "token_compute_ms": 1e3 * sum(token_s) / len(token_s),
         "timed_tokens": len(token_s),
         **profile.routing(model, sequences, device, settings["seed"]),
@@ -55,74 +65,101 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
 
 def run_gates(settings, model_source, sequences_path, out) -> dict:
     model, sequences = load(settings, model_source, sequences_path)
-    harness = settings["harness"]
-    report = gates.run(model, sequences, harness, harness["warmup_tokens"])
+    report = gates.run(model, sequences, settings["harness"], settings["seed"])
     gates.check(report)  # a failed gate fails the job, with the numbers, and writes nothing
-    return provenance.write_results(out, report, settings, harness["device"])
+    return provenance.write_results(out, report, settings, settings["harness"]["device"])
+
+
+def shard_runs(harness: dict, shard: str, first_shard: str) -> list[tuple[str, int]]:
+    """(run, multiplier) pairs decoded on `shard`: every run at 1x on its shards, and at
+    its other multipliers on the first shard."""
+    pairs = []
+    for name, spec in harness["runs"].items():
+        if shard in spec.get("shards", [shard]):
+            for m in spec.get("multipliers", [1]):
+                if m == 1 or shard == first_shard:
+                    pairs.append((name, m))
+    return pairs
 
 
 def run_decode(
-    settings,
-    model_source,
-    sequences_path,
-    run_name,
-    multiplier,
-    gates_path,
-    out,
-    trace_out,
-    trace_in=None,
+    settings, model_source, sequences_path, shard, first_shard, gates_path, out_dir
 ) -> dict:
+    """Every run of `shard` (at its multipliers), interleaved in one process; one results
+    file and one trace per run and multiplier in `out_dir`."""
     harness = settings["harness"]
-    if run_name not in harness["runs"]:
-        raise MoecacheError(f"run {run_name!r}: not in harness.runs")
-    if multiplier < 1:
-        raise MoecacheError(f"--multiplier: {multiplier} must be at least 1")
-    spec = harness["runs"][run_name]
     arch = settings["model"]["architecture"]
-    capacity = spec.get("capacity", harness["capacity"])
-    make = decode.policy_factory(spec, capacity, arch["num_experts"], arch["num_experts_per_tok"])
-    futures = None
-    if make().needs_future:  # checked before the model loads: bad input fails fast
-        if trace_in is None:
-            raise MoecacheError(f"run {run_name}: policy {spec['policy']} needs --trace-in")
-        futures = trace.read_futures(trace_in, harness["restricted_layers"])
+    pairs = shard_runs(harness, shard, first_shard)
+    if not pairs:
+        raise MoecacheError(f"shard {shard}: no run of harness.runs decodes it")
+    trace_arm = f"{harness['trace_run']}-x1"
+    specs, factories = {}, {}
+    for name, m in pairs:
+        spec = harness["runs"][name]
+        capacity = spec.get("capacity", harness["capacity"])
+        make = decode.policy_factory(
+            spec, capacity, arch["num_experts"], arch["num_experts_per_tok"]
+        )
+        reads = trace_arm if make().needs_future else None
+        if reads and reads not in {f"{n}-x{k}" for n, k in pairs}:
+            raise MoecacheError(
+                f"run {name}: reads the demand of {harness['trace_run']} at 1x, which shard "
+                f"{shard} does not decode"
+            )
+        specs[f"{name}-x{m}"], factories[f"{name}-x{m}"] = (name, spec, capacity, m, reads), make
     model, sequences = load(settings, model_source, sequences_path)
     base = json.loads(Path(gates_path).read_text())
-    with decode.pooled(
-        model, harness["restricted_layers"], capacity, harness["device"], multiplier, make
-    ) as blocks:
-        result = decode.decode(
+    most = max(capacity for _, _, capacity, _, _ in specs.values())
+    with decode.offloaded(
+        model, harness["restricted_layers"], most, harness["device"], ring_mib(harness)
+    ) as off:
+        arms = [
+            off.arm(label, factories[label], capacity, m, reads)
+            for label, (_, _, capacity, m, reads) in specs.items()
+        ]
+        memory = off.device_bytes()
+        results = decode.decode(
             model,
             sequences,
             harness["device"],
-            blocks,
-            futures,
+            arms,
+            off.own,
             harness["warmup_tokens"],
-            label=run_name,
+            harness.get("repeats", 1),
+            settings["seed"],
         )
-    totals = result["totals"]
-    totals["delta_nll"] = totals["nll"] - base["base"]["nll"]
-    report = {
-        "run": run_name,
-        "policy": spec["policy"],
-        "params": spec.get("params", {}),
-        "capacity": capacity,
-        "multiplier": multiplier,
-        "restricted_layers": harness["restricted_layers"],
-        "base_nll": base["base"]["nll"],
-        "gates": str(gates_path),
-        "trace_in": str(trace_in) if trace_in else None,
-        "totals": totals,
-        "sequences": result["sequences"],
-    }
-    origin = {
-        "run": run_name,
-        "multiplier": multiplier,
-        "settings_hash": provenance.settings_hash(settings),
-        "device_name": provenance.device_name(harness["device"]),
-    }
-    trace.write(result["trace"], trace_out, origin)
-    return provenance.write_results(out, report, settings, harness["device"])
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = harness["device"]
+    for label, (name, spec, capacity, m, reads) in specs.items():
+        result = results[label]
+        totals = result["totals"]
+        totals["delta_nll"] = totals["nll"] - base["base"]["nll"]
+        report = {
+            "run": name,
+            "policy": spec["policy"],
+            "params": spec.get("params", {}),
+            "capacity": capacity,
+            "multiplier": m,
+            "shard": shard,
+            "restricted_layers": harness["restricted_layers"],
+            "base_nll": base["base"]["nll"],
+            "gates": str(gates_path),
+            "trace_in": reads,
+            "interleaved_with": sorted(set(specs) - {label}),
+            "device_memory": memory,
+            "totals": totals,
+            "sequences": result["sequences"],
+        }
+        origin = {
+            "run": name,
+            "multiplier": m,
+            "settings_hash": provenance.settings_hash(settings),
+            "device_name": provenance.device_name(device),
+        }
+        trace.write(result["trace"], out_dir / f"{label}.parquet", origin)
+        provenance.write_results(out_dir / f"{label}.json", report, settings, device)
+    return {label: results[label]["totals"] for label in specs}
 
 
 def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
@@ -137,17 +174,11 @@ def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
     base = json.loads(Path(gates_path).read_text())["base"]["nll"]
     layers = []
     for layer in range(arch["num_hidden_layers"]):
-        with decode.pooled(
-            model, [layer], harness["capacity"], harness["device"], 1, make
-        ) as blocks:
+        with decode.offloaded(model, [layer], harness["capacity"], harness["device"], 1) as off:
+            arm = off.arm(f"layer {layer}", make, harness["capacity"])
             totals = decode.decode(
-                model,
-                sequences,
-                harness["device"],
-                blocks,
-                warmup_tokens=harness["warmup_tokens"],
-                label=f"layer {layer}",
-            )["totals"]
+                model, sequences, harness["device"], [arm], off.own, harness["warmup_tokens"]
+            )[arm.name]["totals"]
         layers.append(
             {
                 "layer": layer,
@@ -164,41 +195,14 @@ def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
     return provenance.write_results(out, report, settings, harness["device"])
 
 
-def run_bandwidth(settings, model_source, out, repeats: int = 5) -> dict:
-    """tau and GiB/s of the per-expert copy loop, and of one large copy of the same bytes."""
+def run_bandwidth(settings, model_source, out) -> dict:
+    """Time per expert copy at each configured multiplier, the fixed cost of a group of
+    copies, and one large copy of the same bytes."""
     harness = settings["harness"]
-    model = checkpoint.load(
-        model_source, settings["model"]["dtype"], "cpu", settings["model"]["architecture"]
-    )
+    model = load_model(settings, model_source, "cpu")
     experts = model.model.layers[harness["restricted_layers"][0]].mlp.experts
-    device = harness["device"]
-    n = experts.gate_up_proj.shape[0]
-    pool = ExpertPool(experts, n, device)
-    nbytes = n * pool.expert_bytes
-    flat_host = torch.empty(nbytes, dtype=torch.uint8)
-    if pool.non_blocking:
-        flat_host = flat_host.pin_memory()
-    flat_device = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    watch = Stopwatch(device)
-    loop, large = [], []
-    for _ in range(repeats):
-        pool.reset()
-        pool.clear_counts()
-        watch.start()
-        pool.apply(Plan(admit=list(range(n))))
-        loop.append(watch.stop())
-        watch.start()
-        flat_device.copy_(flat_host, non_blocking=pool.non_blocking)
-        large.append(watch.stop())
-    loop_s, large_s = statistics.median(loop), statistics.median(large)
-    gib = nbytes / 2**30
-    report = {
-        "experts": n,
-        "expert_bytes": pool.expert_bytes,
-        "bytes": nbytes,
-        "tau_ms": 1e3 * loop_s / n,
-        "loop_gib_per_s": gib / loop_s,
-        "large_copy_ms": 1e3 * large_s,
-        "large_gib_per_s": gib / large_s,
-    }
-    return provenance.write_results(out, report, settings, device)
+    multipliers = sorted(
+        {1, *(m for spec in harness["runs"].values() for m in spec.get("multipliers", [1]))}
+    )
+    report = bandwidth.measure(experts, harness["device"], multipliers, ring_mib(harness))
+    return provenance.write_results(out, report, settings, harness["device"])

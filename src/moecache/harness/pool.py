@@ -1,43 +1,61 @@
-"""One restricted layer's expert pool: all N experts in host memory, C slots on the device.
+"""One restricted layer's experts offloaded: all N in host memory, C slots on the device.
 
-A miss copies the expert's weights into a free slot; evicting only forgets the slot, no
-data moves. Copies are queued on the current stream, the stream the expert matmuls use, so
-the matmuls always see the new weights; each group of copies is timed (CUDA events on a
-GPU, the monotonic clock on a CPU) and the timer waits for it, so copies block like the
-paper's. A copy multiplier m repeats every copy m times to emulate a slower link.
+`HostExperts` holds a layer's expert weights in host memory (pinned on a GPU) and the
+device slot storage; the decode runs of one process share it, each through an
+`ExpertPool` of its own capacity, copy multiplier and counters. A miss copies the expert's
+weights into a free slot; evicting only forgets the slot, no data moves. Copies are queued
+on the current stream, the one the expert matmuls use, so the matmuls see the new weights
+and wait for them, as the paper's blocking copies; each group of copies is timed (CUDA
+events on a GPU, read once the token's step has finished; the monotonic clock on a CPU).
 """
 
 from __future__ import annotations
 
-import torch
+import copy
 
+import torch
+from torch import nn
+
+from moecache.harness.link import SlowLink
 from moecache.harness.timing import Stopwatch
 from moecache.policies import Plan
 
 
-class ExpertPool:
-    def __init__(self, experts, capacity: int, device: str, multiplier: int = 1):
-        """`experts`: transformers' fused OlmoeExperts (gate_up_proj [N, 2I, H],
-        down_proj [N, H, I]), whose weights move to host memory here."""
-        device = torch.device(device)
-        pin = device.type == "cuda"
-        self.host_gate_up = experts.gate_up_proj.detach().to("cpu").contiguous()
-        self.host_down = experts.down_proj.detach().to("cpu").contiguous()
-        if pin:
-            self.host_gate_up = self.host_gate_up.pin_memory()
-            self.host_down = self.host_down.pin_memory()
-        self.gate_up = torch.empty(
-            (capacity, *self.host_gate_up.shape[1:]), dtype=self.host_gate_up.dtype, device=device
-        )
-        self.down = torch.empty(
-            (capacity, *self.host_down.shape[1:]), dtype=self.host_down.dtype, device=device
-        )
-        self.capacity, self.multiplier, self.non_blocking = capacity, multiplier, pin
-        self.num_experts = self.host_gate_up.shape[0]
+class HostExperts:
+    def __init__(self, experts, capacity: int, device: str | torch.device):
+        """`experts`: transformers' fused OlmoeExperts (gate_up_proj [N, 2I, H], down_proj
+        [N, H, I]); its weights are read here, the caller moves them off the device."""
+        self.device = torch.device(device)
+        self.pinned = self.device.type == "cuda"
+        self.experts = experts
+        self.gate_up_host = experts.gate_up_proj.detach().to("cpu").contiguous()
+        self.down_host = experts.down_proj.detach().to("cpu").contiguous()
+        if self.pinned:
+            self.gate_up_host = self.gate_up_host.pin_memory()
+            self.down_host = self.down_host.pin_memory()
+        shape = (capacity, *self.gate_up_host.shape[1:]), (capacity, *self.down_host.shape[1:])
+        dtype = self.gate_up_host.dtype
+        self.gate_up = torch.empty(shape[0], dtype=dtype, device=self.device)
+        self.down = torch.empty(shape[1], dtype=dtype, device=self.device)
+        self.num_experts = self.gate_up_host.shape[0]
         self.expert_bytes = (
-            self.host_gate_up[0].numel() + self.host_down[0].numel()
-        ) * self.host_down.element_size()
-        self.watch = Stopwatch(device)
+            self.gate_up_host[0].numel() + self.down_host[0].numel()
+        ) * self.gate_up_host.element_size()
+
+    @property
+    def slot_bytes(self) -> int:
+        return len(self.gate_up) * self.expert_bytes
+
+
+class ExpertPool:
+    def __init__(self, host: HostExperts, capacity: int, multiplier: int, link: SlowLink):
+        if capacity > len(host.gate_up):
+            raise ValueError(f"capacity {capacity} over the {len(host.gate_up)} slots held")
+        self.host, self.capacity, self.multiplier, self.link = host, capacity, multiplier, link
+        self.num_experts, self.expert_bytes = host.num_experts, host.expert_bytes
+        self.kernel = slot_experts(host, capacity)
+        self.watch = Stopwatch(host.device)
+        self.clear_counts()
         self.reset()
 
     def reset(self) -> None:
@@ -47,8 +65,12 @@ class ExpertPool:
         self.been_full = False
 
     def clear_counts(self) -> None:
-        self.fills = self.steady = 0
-        self.copy_seconds = 0.0
+        self.fills = self.steady = self.groups = 0
+        self.laps = []
+
+    @property
+    def copy_seconds(self) -> float:
+        return sum(lap.seconds() for lap in self.laps)
 
     @property
     def resident(self) -> frozenset[int]:
@@ -59,17 +81,31 @@ class ExpertPool:
             self.free.append(self.slot_of.pop(e))
         if not plan.admit:
             return
+        host = self.host
         self.watch.start()
         for e in plan.admit:
             slot = self.free.pop()
-            for _ in range(self.multiplier):
-                self.gate_up[slot].copy_(self.host_gate_up[e], non_blocking=self.non_blocking)
-                self.down[slot].copy_(self.host_down[e], non_blocking=self.non_blocking)
+            host.gate_up[slot].copy_(host.gate_up_host[e], non_blocking=host.pinned)
+            host.down[slot].copy_(host.down_host[e], non_blocking=host.pinned)
+            self.link.repeat(self.multiplier - 1)
             self.slot_of[e] = slot
-        self.copy_seconds += self.watch.stop()
+        self.laps.append(self.watch.lap())
+        self.groups += 1
         # The whole group that reaches capacity for the first time still counts as filling.
         if self.been_full:
             self.steady += len(plan.admit)
         else:
             self.fills += len(plan.admit)
             self.been_full = len(self.slot_of) == self.capacity
+
+
+def slot_experts(host: HostExperts, capacity: int) -> nn.Module:
+    """The model's own experts module over the first `capacity` device slots: the same
+    class, hence the same configured kernel, with slot ids in place of expert ids."""
+    config = copy.copy(host.experts.config)
+    config.num_experts = capacity
+    with torch.device("meta"):
+        kernel = type(host.experts)(config)
+    kernel.gate_up_proj = nn.Parameter(host.gate_up[:capacity], requires_grad=False)
+    kernel.down_proj = nn.Parameter(host.down[:capacity], requires_grad=False)
+    return kernel

@@ -1,8 +1,10 @@
 """The pooled MoE block: replaces `mlp` in a restricted layer of transformers' OLMoE.
 
-It calls the model's own router (`self.gate`, so router logits are still recorded), asks
-its policy for a plan, lets the pool copy, and computes the token from the device slots.
-It knows nothing of which policy drives it beyond `policy.restricts`.
+It calls the model's own router (`self.gate`, so router logits are still recorded), reads
+the router's output on the host once (the block's one host sync per token), asks its
+policy for a plan, lets the pool copy, and computes the token with the model's own expert
+kernel over the device slots, slot ids in place of expert ids. It knows nothing of which
+policy drives it beyond `policy.restricts`.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from moecache.harness.pool import ExpertPool
 
 
 class PooledMoeBlock(nn.Module):
-    def __init__(self, mlp, pool: ExpertPool, policy, act_fn):
+    def __init__(self, mlp, pool: ExpertPool, policy):
         super().__init__()
         self.gate = mlp.gate  # OlmoeTopKRouter: softmax in fp32, top-k, OLMoE's weights
-        self.pool, self.policy, self.act_fn = pool, policy, act_fn
-        self.top_k = mlp.gate.top_k
+        self.pool, self.policy = pool, policy
+        self.top_k, self.num_experts = mlp.gate.top_k, mlp.gate.num_experts
+        self.send = Sender(self.top_k, pool.host.device)
         self.t, self.trace = 0, []
 
     def reset(self, future=None) -> None:
@@ -32,29 +35,52 @@ class PooledMoeBlock(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch, length, hidden = hidden_states.shape
         x = hidden_states.reshape(-1, hidden)
-        router_logits, _, _ = self.gate(x)
+        router_logits, top_weights, top_index = self.gate(x)
         probs = torch.softmax(router_logits, dtype=torch.float, dim=-1)
-        out = torch.stack([self.token(x[i], probs[i]) for i in range(len(x))])
+        on_host = torch.cat([probs, top_index.to(probs.dtype)], dim=-1).cpu().numpy()
+        out = torch.cat(
+            [
+                self.token(x[i : i + 1], on_host[i], top_weights[i : i + 1], router_logits.dtype)
+                for i in range(len(x))
+            ]
+        )
         return out.reshape(batch, length, hidden)
 
-    def token(self, x: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-        top = torch.topk(probs, self.top_k)
-        request = top.indices.tolist()
-        probs_host = probs.cpu().numpy()
-        self.pool.apply(self.policy.plan(self.t, request, probs_host, self.pool.resident))
+    def token(self, x, on_host: np.ndarray, top_weights, dtype) -> torch.Tensor:
+        probs, request = on_host[: self.num_experts], on_host[self.num_experts :]
+        request = request.astype(np.int64).tolist()
+        self.pool.apply(self.policy.plan(self.t, request, probs, self.pool.resident))
         if self.policy.restricts:
+            # The top_k resident experts by the router's full softmax, not renormalised.
             resident = np.fromiter(self.pool.slot_of, dtype=np.int64)
-            best = resident[np.argsort(-probs_host[resident], kind="stable")[: self.top_k]]
-            used, weights = best.tolist(), probs[torch.from_numpy(best).to(probs.device)]
+            best = resident[np.argsort(-probs[resident], kind="stable")[: self.top_k]]
+            used = best.tolist()
+            slots, weights = self.send([self.pool.slot_of[e] for e in used], probs[best], dtype)
         else:
-            used, weights = request, top.values
-        self.trace.append(
-            {"token": self.t, "requested": request, "used": used, "probs": probs_host}
-        )
+            used = request
+            slots, weights = self.send([self.pool.slot_of[e] for e in used]), top_weights
+        self.trace.append({"token": self.t, "requested": request, "used": used, "probs": probs})
         self.t += 1
-        # All chosen experts at once: gather their slots, two batched matmuls, weighted sum.
-        slots = torch.tensor([self.pool.slot_of[e] for e in used], device=x.device)
-        gate, up = (self.pool.gate_up.index_select(0, slots) @ x).chunk(2, dim=-1)
-        hidden = (self.act_fn(gate) * up).unsqueeze(-1)
-        out = (self.pool.down.index_select(0, slots) @ hidden).squeeze(-1)
-        return weights.to(x.dtype) @ out
+        return self.pool.kernel(x, slots, weights)
+
+
+class Sender:
+    """Slot ids (and weights) of one token to the device without a host sync: through a
+    pinned staging buffer on a GPU, whose previous copy the block's one sync has waited for."""
+
+    def __init__(self, top_k: int, device: torch.device):
+        self.device, self.cuda = device, device.type == "cuda"
+        if self.cuda:
+            self.slots_host = torch.empty((1, top_k), dtype=torch.int64).pin_memory()
+            self.weights_host = torch.empty((1, top_k), dtype=torch.float32).pin_memory()
+
+    def __call__(self, slots: list[int], weights: np.ndarray | None = None, dtype=None):
+        if not self.cuda:
+            sent = torch.tensor([slots])
+            return sent if weights is None else (sent, torch.from_numpy(weights)[None].to(dtype))
+        self.slots_host[0].copy_(torch.tensor(slots))
+        sent = self.slots_host.to(self.device, non_blocking=True)
+        if weights is None:
+            return sent
+        self.weights_host[0].copy_(torch.from_numpy(weights))
+        return sent, self.weights_host.to(self.device, non_blocking=True).to(dtype)

@@ -3,28 +3,11 @@ trained router has token-to-token structure (the property every cache result res
 
 from __future__ import annotations
 
-import statistics
-
 import numpy as np
 import torch
 
 from moecache.harness.decode import next_token_nll_sum
-from moecache.harness.pool import ExpertPool
 from moecache.harness.timing import Stopwatch
-from moecache.policies import Plan
-
-
-def expert_copy_seconds(experts, device: str, repeats: int) -> tuple[int, float]:
-    """Median time to copy one expert into a pool slot, through the harness's own copy path,
-    cycling through all of the layer's experts so the source is not cache-hot."""
-    pool = ExpertPool(experts, 1, device)
-    times = []
-    for i in range(repeats):
-        pool.reset()
-        pool.clear_counts()
-        pool.apply(Plan(admit=[i % pool.num_experts]))
-        times.append(pool.copy_seconds)
-    return pool.expert_bytes, statistics.median(times[repeats // 10 :])
 
 
 @torch.inference_mode()

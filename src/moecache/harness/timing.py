@@ -1,10 +1,13 @@
-"""Real timers: CUDA events on a GPU, the monotonic clock on a CPU."""
+"""Real timers (CUDA events on a GPU, the monotonic clock on a CPU) and intervals."""
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
+
+BOOTSTRAP_RESAMPLES = 2000
 
 
 class Stopwatch:
@@ -13,20 +16,45 @@ class Stopwatch:
     def __init__(self, device: torch.device | str):
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
-        if self.cuda:
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._end = torch.cuda.Event(enable_timing=True)
 
     def start(self) -> Stopwatch:
         if self.cuda:
-            self._start.record()
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record(torch.cuda.current_stream(self.device))
         else:
             self._t0 = time.perf_counter()
         return self
 
     def stop(self) -> float:
+        return self.lap().seconds()
+
+    def lap(self) -> Lap:
+        """End the span without waiting: read `seconds()` once the device has passed it
+        (the harness reads its copy timers after the token's own timer has waited)."""
         if self.cuda:
-            self._end.record()
-            self._end.synchronize()
-            return self._start.elapsed_time(self._end) / 1e3
-        return time.perf_counter() - self._t0
+            end = torch.cuda.Event(enable_timing=True)
+            end.record(torch.cuda.current_stream(self.device))
+            return Lap(start=self._start, end=end)
+        return Lap(seconds_=time.perf_counter() - self._t0)
+
+
+class Lap:
+    def __init__(self, start=None, end=None, seconds_: float | None = None):
+        self.start, self.end, self.seconds_ = start, end, seconds_
+
+    def seconds(self) -> float:
+        if self.seconds_ is None:
+            self.end.synchronize()
+            self.seconds_ = self.start.elapsed_time(self.end) / 1e3
+        return self.seconds_
+
+
+def bootstrap_ratio(numerators, denominators, seed: int, level: float = 0.95):
+    """Percentile bootstrap interval of sum(numerators) / sum(denominators), resampling the
+    pairs (one pair a sequence): the spread of a per-token rate over the sequences."""
+    num, den = np.asarray(numerators, float), np.asarray(denominators, float)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(num), size=(BOOTSTRAP_RESAMPLES, len(num)))
+    ratios = num[picks].sum(axis=1) / den[picks].sum(axis=1)
+    tail = (1 - level) / 2
+    return [float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))]

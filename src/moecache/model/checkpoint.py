@@ -63,14 +63,20 @@ def check_architecture(model_config, arch: dict, source) -> None:
             )
 
 
-def load(source: str | Path, dtype: str, device: str, arch: dict):
-    """Load an OlmoeForCausalLM from a local folder or a hub id, weights via safetensors."""
+def load(source: str | Path, dtype: str, device: str, arch: dict, experts_implementation=None):
+    """Load an OlmoeForCausalLM from a local folder or a hub id, weights via safetensors;
+    `experts_implementation`: transformers' expert kernel (its default when None)."""
     from transformers import AutoConfig, OlmoeForCausalLM
+
+    from moecache.model import kernel as _  # noqa: F401  (registers the per-expert kernel)
 
     try:
         model_config = AutoConfig.from_pretrained(str(source))
     except (OSError, ValueError) as error:
         raise MoecacheError(f"model.source {source}: cannot load ({first_line(error)})") from None
     check_architecture(model_config, arch, source)
-    model = OlmoeForCausalLM.from_pretrained(str(source), dtype=DTYPES[dtype], use_safetensors=True)
+    kernel = {"experts_implementation": experts_implementation} if experts_implementation else {}
+    model = OlmoeForCausalLM.from_pretrained(
+        str(source), dtype=DTYPES[dtype], use_safetensors=True, **kernel
+    )
     return model.to(device).eval()

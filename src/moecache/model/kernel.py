@@ -1,0 +1,44 @@
+"""The expert kernel the embedded default runs: per-expert matmuls on the weights of each
+expert a token chose, registered with transformers' experts interface as `per-expert`.
+
+transformers' `grouped_mm` falls back on a CPU to one matmul per expert of the layer, even
+for experts no token chose, and `eager` builds masks over all of them; at batch 1 both
+spend most of a token's time on experts it does not use. The model's own block and the
+pooled block both run this kernel when `model.experts_implementation` names it (the pooled
+block with slot ids in place of expert ids), so their speeds compare the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+PER_EXPERT = "per-expert"
+
+
+def per_expert_forward(self, hidden_states, top_k_index, top_k_weights):
+    """OlmoeExperts.forward's contract: hidden [T, H], index and weights [T, k]."""
+    out = torch.zeros_like(hidden_states)
+    index = top_k_index.tolist()  # the routing on the host, read once
+    if len(index) == 1:  # decoding: one token, its k experts in the router's order
+        for j, e in enumerate(index[0]):
+            out += top_k_weights[0, j] * expert(self, e, hidden_states)
+        return out
+    rows: dict[int, list[tuple[int, int]]] = {}
+    for t, chosen in enumerate(index):
+        for j, e in enumerate(chosen):
+            rows.setdefault(e, []).append((t, j))
+    for e, pairs in rows.items():
+        tokens, slots = (torch.tensor(v, device=out.device) for v in zip(*pairs, strict=True))
+        y = expert(self, e, hidden_states[tokens]) * top_k_weights[tokens, slots, None]
+        out.index_add_(0, tokens, y.to(out.dtype))
+    return out
+
+
+def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+    gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
+    return F.linear(self.act_fn(gate) * up, self.down_proj[e])
+
+
+ALL_EXPERTS_FUNCTIONS.register(PER_EXPERT, per_expert_forward)
