@@ -56,8 +56,22 @@ class Policy:
     def plan(
         self, t: int, request: Sequence[int], probs: np.ndarray, resident: frozenset[int]
     ) -> Plan:
-        """`request`: the router's top-k for token t; `probs`: its softmax over all experts."""
+        """`request`: the router's top-k for token t, in the router's order (most probable
+        first); `probs`: its softmax over all experts."""
         raise NotImplementedError
+
+    def last_use(self, t: int, width: int) -> np.ndarray:
+        """Recency keys for token t's `width` requested experts, in request order:
+        (1 + t) * top_k + position. Higher is more recent, and 0 (never requested) sorts
+        first. This is an ordered map of last use that moves each requested expert to its
+        end in request order: a later token is more recent, and of the experts one token
+        requests the one requested earlier counts as less recent."""
+        if width > self.top_k:
+            raise MoecacheError(
+                f"policy {self.name}: token {t} requests {width} experts, more than "
+                f"top-k {self.top_k}"
+            )
+        return (1 + t) * self.top_k + np.arange(width, dtype=np.int64)
 
 
 class Pools:
@@ -120,8 +134,8 @@ class EvictionPolicy(Policy):
     def reset(self, future=None, streams: int = 1) -> None:
         super().reset(future)
         self.start = np.arange(streams)[:, None] * self.num_experts  # flat index of each row
-        # 1 + the token of each expert's last request (0: never requested), so that it
-        # is itself the LRU key.
+        # Each expert's last_use key (0: never requested), so that it is itself the LRU
+        # key: (1 + t) * top_k + its position in the request of t, its last token.
         self.recency = np.zeros((streams, self.num_experts), dtype=np.int64)
 
     def priority(self, t: int, rows: slice, probs):
@@ -131,8 +145,9 @@ class EvictionPolicy(Policy):
         raise NotImplementedError
 
     def observe(self, t: int, rows: slice, at: np.ndarray, probs) -> None:
-        """Learn from token t after its victims are chosen (default: recency)."""
-        self.recency.put(at, t + 1)
+        """Learn from token t after its victims are chosen (default: recency). `at` keeps
+        each stream's request order, which orders the token's experts by recency."""
+        self.recency.put(at, np.broadcast_to(self.last_use(t, at.shape[1]), at.shape))
 
     def step(self, t: int, at: np.ndarray, probs, pools: Pools) -> StepPlan:
         """Plan token t for the first n = len(at) streams, given the flat indices `at`
@@ -171,7 +186,8 @@ class EvictionPolicy(Policy):
         return Plan(admit=admit, evict=sorted(step.victims.tolist()))
 
     def least_recent(self, rows: slice) -> np.ndarray:
-        """The LRU key: never-used experts first."""
+        """The LRU key: never-used experts first, then by last use; experts last used by
+        the same token in their order in its request (see last_use)."""
         return self.recency[rows]
 
 
@@ -255,17 +271,20 @@ class ScheduledPolicy(Policy):
 
     def reset(self, future=None) -> None:
         super().reset(future)
-        self.last_request = np.full(self.num_experts, -1, dtype=np.int64)
+        # Each expert's last_use key (0: never requested); last_request // top_k - 1 is
+        # the token of its last request.
+        self.last_request = np.zeros(self.num_experts, dtype=np.int64)
 
     def plan(self, t, request, probs, resident) -> Plan:
         self.observe(t, request)
-        self.last_request[list(request)] = t
+        self.last_request[list(request)] = self.last_use(t, len(request))
         if not self.due(t):
             return Plan()
         target = self.target(t)
         admit = [e for e in target if e not in resident]
         room = self.capacity - len(resident)
-        # Make room by dropping residents outside the target, least recently requested first.
+        # Make room by dropping residents outside the target, least recently requested
+        # first (one token's experts in request order, as for LRU).
         spare = sorted(set(resident).difference(target), key=lambda e: (self.last_request[e], e))
         return Plan(admit=admit, evict=spare[: max(0, len(admit) - room)])
 

@@ -2,7 +2,8 @@
 
 Refresh at every token until the window first fills (the warm start), then every k
 tokens, with the experts most requested in the last w tokens (the current one included);
-ties go to the more recently requested, then the lower id.
+ties go to the more recently requested (by token), then the lower id. Residents outside the
+target leave least recently requested first (ScheduledPolicy).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ class Dwell(ScheduledPolicy):
 
     def target(self, t):
         wanted = np.flatnonzero(self.counts)
-        ranked = sorted(wanted, key=lambda e: (-self.counts[e], -self.last_request[e], e))
+        last = self.last_request // self.top_k  # 1 + the token of the last request
+        ranked = sorted(wanted, key=lambda e: (-self.counts[e], -last[e], e))
         return [int(e) for e in ranked[: self.capacity]]
 
 

@@ -3,7 +3,9 @@
 Reads the demand recorded by an earlier run of the same sequences; because eviction never
 changes routing, that is exactly the demand this run will see. With `foresight` k, only
 requests in the next k tokens are visible: residents not requested within them are equal,
-and the least recently used of those goes.
+and the least recently used of those goes. Ties of next use (with or without foresight) go
+to the least recently used too, experts last used by one token in its request order
+(EvictionPolicy.last_use), then to the lowest id.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ class FarthestFuture(EvictionPolicy):
         super().reset(future, streams)
         demand = np.asarray(future, dtype=np.int64).reshape(streams, -1, self.top_k)
         # ahead[s, e]: the next token that requests e; after[t]: what it becomes once
-        # token t has used its experts.
+        # token t has used its experts, for the experts at recorded[t] (flat indices, in
+        # the recorded order, which a run may permute).
         self.after, self.ahead, self.never = next_requests(demand, self.num_experts)
+        self.recorded = (np.maximum(demand, 0) + self.start[:, :, None]).transpose(1, 0, 2)
         self.key = self.ranked(self.ahead, self.recency)
 
     def plan(self, t, request, probs, resident):
@@ -41,8 +45,10 @@ class FarthestFuture(EvictionPolicy):
         return super().plan(t, request, probs, resident)
 
     def ranked(self, ahead, recency):
-        """Farthest next use first, then the least recently used."""
-        return (self.never - ahead) * (self.never + 1) + recency
+        """Farthest next use first, then the least recently used. Recency keys stay below
+        never * top_k (last_use of a token t < never - 1), so keys below
+        (never + 1) * never * top_k."""
+        return (self.never - ahead) * (self.never * self.top_k) + recency
 
     def priority(self, t, rows, probs):
         if self.foresight is None:
@@ -54,10 +60,11 @@ class FarthestFuture(EvictionPolicy):
 
     def observe(self, t, rows, at, probs):
         super().observe(t, rows, at, probs)
-        # Only the experts token t used change: their next use, their recency and key.
-        after = self.after[t, rows]
-        self.ahead.put(at, after)
-        self.key.put(at, self.ranked(after, t + 1))
+        # Only the experts token t used change: their next use, their recency and key
+        # (the same experts as `at`, in the recorded order that `after` follows).
+        recorded, after = self.recorded[t, rows], self.after[t, rows]
+        self.ahead.put(recorded, after)
+        self.key.put(recorded, self.ranked(after, self.recency.take(recorded)))
 
 
 def next_requests(demand: np.ndarray, num_experts: int):

@@ -15,13 +15,14 @@ class MeanInterval(EvictionPolicy):
         self.uses = np.zeros((streams, self.num_experts), dtype=np.int64)
 
     def priority(self, t, rows, probs):
-        last, uses = self.recency[rows] - 1, self.uses[rows]
+        recency, uses = self.recency[rows], self.uses[rows]
+        last = recency // self.top_k - 1  # the token of the last use (-1: never)
         with np.errstate(divide="ignore", invalid="ignore"):
             mean = (last - self.first_use[rows]) / (uses - 1)
         # No interval seen yet: no reason to expect it back, so it returns last of all.
         forecast = np.where(uses < 2, np.inf, last + mean)
         # Latest forecast first; ties to the least recently used, then the lowest id.
-        return -forecast, last
+        return -forecast, recency
 
     def observe(self, t, rows, at, probs):
         uses = self.uses.take(at)
