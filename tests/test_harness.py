@@ -176,7 +176,7 @@ def test_bandwidth_prices_a_multiplier_as_a_slower_link(smoke):
     machine tau(10) / tau(1) comes out near 10 (a loose bound for a noisy shared CPU)."""
     config, model, sequences = smoke
     experts = model.model.layers[1].mlp.experts
-    report = bandwidth.measure(experts, "cpu", [1, 10], ring_mib=64, rounds=8)
+    report = bandwidth.measure([experts], "cpu", [1, 10], ring_mib=64, rounds=8)
     assert report["multipliers"]["10"]["ratio_to_1x"] > 6
     assert report["tau_ms"] > 0 and report["large_gib_per_s"] > 0
 

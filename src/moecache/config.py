@@ -142,7 +142,8 @@ def check_runs(config: dict) -> None:
             "Table 1 and Figure 1 read"
         )
     # The layer probe decodes with Dwell-k at its own k and window.
-    probe = {"policy": "dwell", "params": dict(harness["probe"]), "where": "harness.probe"}
+    window = {key: harness["probe"][key] for key in ("k", "window")}
+    probe = {"policy": "dwell", "params": window, "where": "harness.probe"}
     for name, run in {**harness["runs"], "probe": probe}.items():
         where = f"config key {run.get('where', f'harness.runs.{name}')}"
         capacity = run.get("capacity", harness["capacity"])

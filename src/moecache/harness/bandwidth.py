@@ -2,7 +2,8 @@
 fixed overhead of a group of copies, through the harness's own copy path.
 
 Groups of 1, 2, 4 and 8 copies are timed at every multiplier, interleaved over rounds, each
-group taking the next experts of the layer so the sources rotate as in a run. Per
+group taking the next experts of the next restricted layer, so the sources rotate over all
+the offloaded weights as in a run. Per
 multiplier a least-squares line through the median time of each group size gives the time
 per copy (its slope, tau) and the fixed cost of a group (its intercept). A slower link
 priced honestly has tau(m) = m tau(1).
@@ -23,17 +24,19 @@ from moecache.policies import Plan
 GROUP_SIZES = (1, 2, 4, 8)
 
 
-def measure(experts, device: str, multipliers, ring_mib: int, rounds: int = 15) -> dict:
-    host = HostExperts(experts, max(GROUP_SIZES), device)
+def measure(layers, device: str, multipliers, ring_mib: int, rounds: int = 15) -> dict:
+    """`layers`: the experts modules of the restricted layers (OlmoeExperts or alike)."""
+    hosts = [HostExperts(experts, max(GROUP_SIZES), device) for experts in layers]
+    host = hosts[0]
     link = SlowLink(host.gate_up_host[0], host.down_host[0], device, ring_mib, host.pinned)
-    pools = {m: ExpertPool(host, max(GROUP_SIZES), m, link) for m in multipliers}
+    pools = {m: [ExpertPool(h, max(GROUP_SIZES), m, link) for h in hosts] for m in multipliers}
     times = {m: {g: [] for g in GROUP_SIZES} for m in multipliers}
     nxt = 0
     for r in range(rounds + 1):  # round 0 warms up and is dropped
         for i in range(len(multipliers)):  # a rotating order
             m = multipliers[(i + r) % len(multipliers)]
             for g in GROUP_SIZES:
-                pool = pools[m]
+                pool = pools[m][nxt % len(hosts)]
                 pool.reset()
                 pool.clear_counts()
                 admit = [(nxt + j) % host.num_experts for j in range(g)]
@@ -54,6 +57,7 @@ def measure(experts, device: str, multipliers, ring_mib: int, rounds: int = 15) 
     tau_1x = rows[str(min(multipliers))]["tau_ms"]
     return {
         "experts": host.num_experts,
+        "layers": len(hosts),
         "expert_bytes": host.expert_bytes,
         "tau_ms": tau_1x,
         "group_overhead_ms": statistics.median(r["group_overhead_ms"] for r in rows.values()),

@@ -36,14 +36,14 @@ class Offload:
     hosts: dict  # layer -> HostExperts
     link: SlowLink
 
-    def arm(self, name, make_policy, capacity, multiplier=1, future_of=None) -> Arm:
+    def arm(self, name, make_policy, capacity, multiplier=1, future_of=None, limit=None) -> Arm:
         blocks = {
             layer: PooledMoeBlock(
                 mlp, ExpertPool(self.hosts[layer], capacity, multiplier, self.link), make_policy()
             )
             for layer, mlp in self.own.items()
         }
-        return Arm(name, blocks, multiplier, future_of)
+        return Arm(name, blocks, multiplier, future_of, limit)
 
     def device_bytes(self) -> dict:
         """What the device holds while pooled: the weights left on it, the slots, the link."""
@@ -75,6 +75,7 @@ class Arm:
     blocks: dict  # layer -> PooledMoeBlock; empty: the model's own blocks
     multiplier: int = 1
     future_of: str | None = None  # the arm whose demand, same sequence, this one reads
+    limit: int | None = None  # decodes only the first this many sequences (None: all)
     rows: list = field(default_factory=list)
     traces: list = field(default_factory=list)
 
@@ -201,6 +202,8 @@ def one_pass(model, sequences, device, arms, own, rep, record) -> None:
     for seq, ids in enumerate(tqdm(sequences, desc=label, unit="seq")):
         demand = {}
         for arm in order(arms, seq + rep):
+            if arm.limit is not None and seq >= arm.limit:
+                continue
             use(model, arm, own)
             row = decode_one(model, arm, ids, device, demand.get(arm.future_of))
             demand[arm.name] = {

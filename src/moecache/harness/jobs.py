@@ -49,7 +49,7 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
     harness = settings["harness"]
     device = harness["device"]
     layer = model.model.layers[harness["restricted_layers"][0]]
-    copy = bandwidth.measure(layer.mlp.experts, device, [1], ring_mib(harness))
+    copy = bandwidth.measure([layer.mlp.experts], device, [1], ring_mib(harness))
     token_s = profile.token_seconds(model, sequences, device)
     report = {
         "device": device,
@@ -113,8 +113,11 @@ def run_decode(
     with decode.offloaded(
         model, harness["restricted_layers"], most, harness["device"], ring_mib(harness)
     ) as off:
+        # Runs at a multiplier above 1 may decode only the first sequences: slow copies
+        # cost most there, and equation (1) is checked on the same sequences at 1x.
+        scaled = harness.get("scaled_sequences")
         arms = [
-            off.arm(label, factories[label], capacity, m, reads)
+            off.arm(label, factories[label], capacity, m, reads, scaled if m > 1 else None)
             for label, (_, _, capacity, m, reads) in specs.items()
         ]
         memory = off.device_bytes()
@@ -147,6 +150,7 @@ def run_decode(
             "gates": str(gates_path),
             "trace_in": reads,
             "interleaved_with": sorted(set(specs) - {label}),
+            "reference_1x": reference_1x(results, name, m, result["sequences"]),
             "device_memory": memory,
             "totals": totals,
             "sequences": result["sequences"],
@@ -162,16 +166,32 @@ def run_decode(
     return {label: results[label]["totals"] for label in specs}
 
 
+def reference_1x(results: dict, name: str, multiplier: int, rows: list) -> dict | None:
+    """For a run at a multiplier above 1: the same run's 1x totals on the same sequences,
+    decoded interleaved with it (what equation (1) predicts from)."""
+    one = results.get(f"{name}-x1")
+    if multiplier == 1 or one is None:
+        return None
+    decoded = {row["sequence"] for row in rows}
+    return decode.totals([row for row in one["sequences"] if row["sequence"] in decoded])
+
+
 def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
     """Restrict one layer at a time with Dwell-k (window from config); Delta NLL per layer."""
     harness = settings["harness"]
     model, sequences = load(settings, model_source, sequences_path)
     arch = settings["model"]["architecture"]
-    spec = {"policy": "dwell", "params": dict(harness["probe"])}
+    window = {key: harness["probe"][key] for key in ("k", "window")}
+    spec = {"policy": "dwell", "params": window}
     make = decode.policy_factory(
         spec, harness["capacity"], arch["num_experts"], arch["num_experts_per_tok"]
     )
     base = json.loads(Path(gates_path).read_text())["base"]["nll"]
+    # A probe of the first sequences only compares against their own base NLL.
+    limit = harness["probe"].get("sequences")
+    if limit:
+        sequences = sequences[:limit]
+        base = decode.batched_nll(model, sequences, harness["device"])
     layers = []
     for layer in range(arch["num_hidden_layers"]):
         with decode.offloaded(model, [layer], harness["capacity"], harness["device"], 1) as off:
@@ -200,7 +220,7 @@ def run_bandwidth(settings, model_source, out) -> dict:
     copies, and one large copy of the same bytes."""
     harness = settings["harness"]
     model = load_model(settings, model_source, "cpu")
-    experts = model.model.layers[harness["restricted_layers"][0]].mlp.experts
+    experts = [model.model.layers[layer].mlp.experts for layer in harness["restricted_layers"]]
     multipliers = sorted(
         {1, *(m for spec in harness["runs"].values() for m in spec.get("multipliers", [1]))}
     )
