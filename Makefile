@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 PYTHON ?= python3
 
-.PHONY: venv run test lint pytest clean
+.PHONY: venv run test lint pytest gpu-check clean
 
 venv: $(STAMP)
 
@@ -33,6 +33,12 @@ lint: venv
 
 pytest: venv
 	pytest
+
+# One GPU, under five minutes, nothing downloaded: the smoke model through the gates in
+# float32 and bfloat16, copy bandwidth per multiplier, a paper-sized expert layer; one
+# results file per machine. Without CUDA it refuses in one line.
+gpu-check: venv
+	moecache gpu-check --out results/gpu-check/$$(hostname).json
 
 clean:
 	rm -rf results logs benchmarks .snakemake

@@ -143,6 +143,15 @@ def cmd_bandwidth(args):
     print(f"one large copy {r['large_gib_per_s']:.1f} GiB/s, loop {r['loop_gib_per_s']:.1f} GiB/s")
 
 
+def cmd_gpu_check(args):
+    # Nothing is downloaded: set before the Hugging Face libraries are first imported.
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ[name] = "1"
+    from moecache.harness import gpu_check
+
+    gpu_check.run(args.out, args.device)
+
+
 def read_demand(args):
     from moecache.harness import trace
     from moecache.replay import demand
@@ -292,13 +301,20 @@ def cmd_benchmark_replay(args):
 def cmd_choose(args):
     from moecache.report import cost_model
 
-    points = cost_model.read_points(args.runs)
-    tau = args.tau_ms
-    if tau is None:
-        if args.bandwidth is None:
-            raise MoecacheError("give --bandwidth FILE (moecache bandwidth) or --tau-ms")
-        tau = cost_model.read_run(args.bandwidth)["tau_ms"]
-    report = cost_model.choose_report(points, tau * args.multiplier, args.max_loss)
+    if args.bandwidth is not None:
+        bandwidth = cost_model.read_run(args.bandwidth)
+        tau1 = cost_model.tau_1x(bandwidth)
+    elif args.tau_ms is not None:
+        tau1 = args.tau_ms
+    else:
+        raise MoecacheError("give --bandwidth FILE (moecache bandwidth) or --tau-ms")
+    if args.tau_ms is not None:
+        tau = args.tau_ms * args.multiplier
+    else:
+        # The copy time measured through the link m times slower, else m x tau(1).
+        tau = cost_model.tau_at(bandwidth, args.multiplier, args.bandwidth, strict=False)
+    points = cost_model.read_points(args.runs, tau1)
+    report = cost_model.choose_report(points, tau, args.max_loss, args.seed)
     lines = cost_model.choose_summary(report)
     emit(args, report, lines, [*args.runs, *([args.bandwidth] if args.bandwidth else [])])
 
@@ -399,6 +415,14 @@ def parser() -> argparse.ArgumentParser:
     p = with_settings(command("bandwidth", cmd_bandwidth, "copy time and bandwidth per expert"))
     on_model(p, "--out")
 
+    p = command(
+        "gpu-check",
+        cmd_gpu_check,
+        "the harness on one CUDA device in minutes: gates, copy bandwidth, a paper-sized layer",
+    )
+    p.add_argument("--out", required=True, type=Path, help="the results file (JSON)")
+    p.add_argument("--device", default="cuda", help="cuda or cuda:N (default: cuda)")
+
     def results(p):
         p.add_argument("--json", action="store_true", help="print the report as JSON")
         p.add_argument("--out", type=Path, help="write the report as JSON to this file")
@@ -451,10 +475,25 @@ def parser() -> argparse.ArgumentParser:
 
     p = results(command("choose", cmd_choose, "the fastest policy within a loss limit"))
     p.add_argument("--runs", nargs="+", required=True, type=Path, help="decode results at 1x")
-    p.add_argument("--bandwidth", type=Path, help="this machine's tau (moecache bandwidth)")
-    p.add_argument("--tau-ms", type=float, help="copy time per expert, instead of --bandwidth")
-    p.add_argument("--multiplier", type=float, default=1.0, help="price copies m times slower")
+    p.add_argument(
+        "--bandwidth",
+        type=Path,
+        help="this machine's copy time (moecache bandwidth): tau(1) sets each run's c",
+    )
+    p.add_argument(
+        "--tau-ms",
+        type=float,
+        help="price copies at this time per expert (times --multiplier); also tau(1) "
+        "when no --bandwidth is given",
+    )
+    p.add_argument(
+        "--multiplier",
+        type=float,
+        default=1.0,
+        help="price copies m times slower (the bandwidth file's tau(m) where it measured m)",
+    )
     p.add_argument("--max-loss", type=float, required=True, help="largest Delta NLL allowed")
+    p.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap")
 
     def paper_inputs(p):
         p.add_argument("name", help="table1, table2, ... or fig1, fig2")
@@ -468,8 +507,10 @@ def parser() -> argparse.ArgumentParser:
             ("foresight", "moecache foresight results"),
             ("sweep", "moecache optimum-sweep results"),
             ("replication", "decode results at 1x, second shard"),
+            ("gpu_check", "GPU check results (their bandwidth rows: more devices)"),
         ):
-            p.add_argument(f"--{role}", nargs="*", type=Path, default=[], help=what)
+            flag = "--" + role.replace("_", "-")
+            p.add_argument(flag, nargs="*", type=Path, default=[], help=what)
 
     paper_inputs(command("table", cmd_table, "one of the paper's tables"))
     paper_inputs(command("figure", cmd_figure, "one of the paper's figures"))

@@ -46,24 +46,24 @@ class Offload:
         return Arm(name, blocks, multiplier, future_of, limit)
 
     def device_bytes(self) -> dict:
-        """What the device holds while pooled: the weights left on it, the slots, the link."""
-        on_device = sum(
-            p.numel() * p.element_size()
-            for p in self.model.parameters()
-            if p.device.type != "cpu" or self.link.device[0].device.type == "cpu"
-        )
-        offloaded = sum(
-            p.numel() * p.element_size()
-            for mlp in self.own.values()
-            for p in mlp.experts.parameters()
-        )
+        """What the device holds while pooled: the weights left on it (the offloaded
+        experts' never counted, wherever they are), the slots, the link's rings."""
+        device = self.link.device[0].device
+        offloaded = {id(p) for mlp in self.own.values() for p in mlp.experts.parameters()}
         report = {
-            "weights_bytes": on_device - offloaded,
-            "offloaded_expert_bytes": offloaded,
+            "weights_bytes": sum(
+                p.numel() * p.element_size()
+                for p in self.model.parameters()
+                if p.device.type == device.type and id(p) not in offloaded
+            ),
+            "offloaded_expert_bytes": sum(
+                p.numel() * p.element_size()
+                for mlp in self.own.values()
+                for p in mlp.experts.parameters()
+            ),
             "slot_bytes": sum(host.slot_bytes for host in self.hosts.values()),
             "link_ring_bytes": self.link.nbytes,
         }
-        device = self.link.device[0].device
         if device.type == "cuda":
             report["cuda_memory_allocated_bytes"] = torch.cuda.memory_allocated(device)
         return report

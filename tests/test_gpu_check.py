@@ -1,0 +1,113 @@
+"""`make gpu-check`: one line and no file without CUDA; its parts, at reduced sizes, on the
+CPU (the same code the GPU runs, with the CPU's clock in place of CUDA events)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from conftest import REPO, moecache
+
+from moecache import provenance
+from moecache.errors import MoecacheError
+from moecache.harness import gpu_check
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+
+TINY_PAPER = {"hidden_size": 64, "intermediate_size": 32, "num_experts": 16}
+
+
+@no_cuda
+def test_refuses_in_one_line_without_cuda(tmp_path):
+    out = tmp_path / "check" / "here.json"
+    result = moecache("gpu-check", "--out", str(out))
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no CUDA device" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not out.exists() and not out.parent.exists()
+
+
+@no_cuda
+def test_run_refuses_before_measuring(tmp_path, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("measured without CUDA")
+
+    monkeypatch.setattr(gpu_check, "measure_device", never)
+    with pytest.raises(MoecacheError, match="^no CUDA device"):
+        gpu_check.run(tmp_path / "x.json", "cuda:0")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_make_target():
+    text = (REPO / "Makefile").read_text()
+    assert "gpu-check" in text.split(".PHONY:")[1].splitlines()[0]
+    assert "gpu-check: venv\n\tmoecache gpu-check --out results/gpu-check/" in text
+
+
+def test_paper_layer_is_seeded_and_shaped():
+    a = gpu_check.paper_experts({**gpu_check.PAPER_LAYER, **TINY_PAPER}, seed=3)
+    b = gpu_check.paper_experts({**gpu_check.PAPER_LAYER, **TINY_PAPER}, seed=3)
+    assert a.gate_up_proj.shape == (16, 64, 64) and a.down_proj.shape == (16, 64, 32)
+    assert a.gate_up_proj.dtype == a.down_proj.dtype == torch.bfloat16
+    assert a.gate_up_proj.device.type == "cpu"
+    assert torch.equal(a.gate_up_proj, b.gate_up_proj) and torch.equal(a.down_proj, b.down_proj)
+    assert 0.015 < a.gate_up_proj.float().std() < 0.025
+
+
+def test_measure_device_on_the_cpu(tmp_path):
+    lines = []
+    report, settings = gpu_check.measure_device(
+        "cpu",
+        sequences=2,
+        tokens=12,
+        harness={"warmup_tokens": 2, "repeats": 2, "link_ring_mib": 1},
+        multipliers=(1, 3),
+        ring_mib=1,
+        rounds=2,
+        paper=TINY_PAPER,
+        paper_multipliers=(1,),
+        paper_ring_mib=1,
+        log=lines.append,
+    )
+    assert report["errors"] == {}, report["errors"]
+    assert {"device_name", "bandwidth", "paper_layer", "gates", "memory"} <= set(report)
+    assert set(report["gates"]) == set(report["memory"]) == {"float32", "bfloat16"}
+    # Exact in float32 (the throughput gate's 0.95 is a GPU's, not a loaded CPU's).
+    assert not [f for f in report["gates"]["float32"]["failures"] if "NLL" in f]
+    for r in report["gates"].values():
+        assert isinstance(r["failures"], list) and r["passed"] == (not r["failures"])
+        assert r["throughput_ratio_pool_vs_own_block"] > 0
+        assert len(r["throughput_ratio_ci"]) == 2
+    assert set(report["bandwidth"]["multipliers"]) == {"1", "3"}
+    assert set(report["paper_layer"]["multipliers"]) == {"1"}
+    # The paper layer's copy figures, repeated at the top level.
+    paper = report["paper_layer"]
+    assert paper["expert_bytes"] == (2 * 32 * 64 + 64 * 32) * 2
+    assert paper["layer"]["layer_bytes"] == 16 * paper["expert_bytes"]
+    for key in ("tau_ms", "loop_gib_per_s", "large_gib_per_s"):
+        assert report[key] == paper[key] and math.isfinite(paper[key])
+    arch = gpu_check.SMOKE_ARCH
+    expert = 3 * arch["hidden_size"] * arch["intermediate_size"]
+    for dtype, size in (("float32", 4), ("bfloat16", 2)):
+        held = report["memory"][dtype]
+        assert held["offloaded_experts_on_host"] and held["other_weights_on_device"]
+        assert held["offloaded_expert_bytes"] == 2 * arch["num_experts"] * expert * size
+        assert held["slot_bytes"] == 2 * 8 * expert * size
+        assert held["held_bytes"] == held["weights_bytes"] + held["slot_bytes"]
+    assert settings["harness"]["device"] == "cpu" and settings["seed"] == gpu_check.SEED
+    assert any("paper layer" in line for line in lines)
+    # One results file, with the copy figures a device row of Table 1 reads.
+    out = tmp_path / "gpu-check" / "cpu.json"
+    provenance.write_results(out, report, settings, "cpu")
+    written = json.loads(out.read_text())
+    assert written["device_name"] and written["settings_hash"]
+    for part in ("bandwidth", "paper_layer"):
+        for key in ("tau_ms", "loop_gib_per_s", "large_gib_per_s", "group_overhead_ms"):
+            assert written[part][key] == report[part][key]
+        for row in written[part]["multipliers"].values():
+            # Two rounds of CPU copies time nothing reliably: the fields, not their sizes.
+            assert math.isfinite(row["tau_ms"]) and math.isfinite(row["ratio_to_1x"])
+    assert written["gates"]["bfloat16"]["failures"] == report["gates"]["bfloat16"]["failures"]
