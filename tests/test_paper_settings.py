@@ -57,7 +57,9 @@ def test_every_config_lists_its_whole_dag(tmp_path):
         config = load_yaml(path)
         pretrained = config["model"]["source"] != "embedded"
         assert ("train" in jobs) != pretrained and ("tokenizer" in jobs) != pretrained, where
-        assert jobs["decode"] == expected_decodes(config), where
+        # One interleaved decode job a shard, one results file a run, shard and multiplier.
+        assert jobs["run_results"] == expected_decodes(config), where
+        assert jobs["decode"] == len(config["corpus"]["heldout"]["shards"]), where
         for rule in ("corpus", "heldout", "gates", "replay", "bound", "table1", "fig1", "fig2"):
             assert rule in jobs, f"{where}: no {rule} job"
         assert not (workdir / "results").exists()
@@ -66,7 +68,8 @@ def test_every_config_lists_its_whole_dag(tmp_path):
 def test_paper_dag_has_every_run_shard_and_multiplier(tmp_path):
     result = snakemake(tmp_path, "all", "-n", configfile=REPO / "config/olmoe.yaml")
     jobs = planned_jobs(result.stdout)
-    assert jobs["decode"] == 28 and jobs["heldout"] == 2 and jobs["gates"] == 2
+    assert jobs["run_results"] == 28 and jobs["decode"] == 2
+    assert jobs["heldout"] == 2 and jobs["gates"] == 2
     for target in ("results/runs/a/lru-x50.json", "results/runs/b/dwell-64-x1.json"):
         assert target in result.stdout
 

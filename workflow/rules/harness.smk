@@ -66,6 +66,8 @@ rule run_results:
         trace="results/traces/{shard}/{run}-x{multiplier}.parquet",
     log:
         "logs/runs/{shard}/{run}-x{multiplier}.log",
+    benchmark:
+        "benchmarks/runs/{shard}/{run}-x{multiplier}.tsv"
     localrule: True
     shell:
         "(cp {input}/{wildcards.run}-x{wildcards.multiplier}.json {output.results}"
