@@ -115,9 +115,15 @@ def test_interleaved_counts_repeat_and_match_one_arm_alone(smoke):
         together = decode.decode(
             model, sequences, "cpu", arms_of(off, config, names), off.own, 2, repeats=2
         )
+        scaled = arms_of(off, config, ["dwell-4"], multiplier=10)[0]
+        scaled.name, scaled.limit = "dwell-4-x10", 2
         alone = decode.decode(
-            model, sequences, "cpu", arms_of(off, config, ["dwell-4"]), off.own, 2
+            model, sequences, "cpu", [*arms_of(off, config, ["dwell-4"]), scaled], off.own, 2
         )
+    # A run at a multiplier may decode the first sequences only: the same copies there.
+    assert [row["sequence"] for row in alone["dwell-4-x10"]["sequences"]] == [0, 1]
+    first_two = decode.totals(alone["dwell-4"]["sequences"][:2])
+    assert alone["dwell-4-x10"]["totals"]["timed_copies"] == first_two["timed_copies"]
     counts = {n: (r["totals"]["fills"], r["totals"]["steady_copies"]) for n, r in together.items()}
     assert counts["dwell-4"] == (
         alone["dwell-4"]["totals"]["fills"],
