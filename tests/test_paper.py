@@ -19,18 +19,42 @@ from moecache.report import cost_model
 # --- the cost model and `moecache choose` on a constructed example ------------------------
 
 
-def write_run(folder, run, policy, delta_nll, compute_ms, rho, multiplier=1):
-    """A decode results file with just the fields the cost model reads."""
+TAU = 0.1  # this machine's copy time at 1x, as the example's bandwidth file has it
+
+
+def write_run(folder, run, policy, delta_nll, compute_ms, n, multiplier=1, sequences=4):
+    """A decode results file whose every sequence costs c + n tau per timed token (c =
+    `compute_ms`, tau = TAU): the totals and per-sequence rows the cost model reads."""
     path = folder / f"{run}-x{multiplier}.json"
+    step_ms = compute_ms + n * TAU
+    rows = [
+        {"sequence": s, "timed_tokens": 10, "step_seconds": 10 * step_ms / 1e3,
+         "timed_copies": 10 * n}
+        for s in range(sequences)
+    ]  # fmt: skip
     totals = {
         "delta_nll": delta_nll,
+        "step_ms": step_ms,
+        "step_ms_ci": [step_ms, step_ms],
+        "tokens_per_second": 1e3 / step_ms,
+        "tokens_per_second_ci": [1e3 / step_ms, 1e3 / step_ms],
+        "rho": n,
+        "copies_per_token": n,
+        "copy_share": n * TAU / step_ms,
         "compute_ms": compute_ms,
-        "rho": rho,
-        "tokens_per_second": 1e3 / compute_ms,
-        "step_ms": compute_ms,
+        "compute_ms_ci": [compute_ms, compute_ms],
     }
     path.write_text(
-        json.dumps({"run": run, "policy": policy, "multiplier": multiplier, "totals": totals})
+        json.dumps(
+            {
+                "run": run,
+                "policy": policy,
+                "multiplier": multiplier,
+                "shard": "a",
+                "totals": totals,
+                "sequences": rows,
+            }
+        )  # fmt: skip
     )
     return path
 
@@ -38,34 +62,38 @@ def write_run(folder, run, policy, delta_nll, compute_ms, rho, multiplier=1):
 @pytest.fixture
 def example(tmp_path):
     """Three lossless-or-not points whose ranking flips with the copy time:
-    lru: c 10, rho 10; ff: c 11, rho 5 (lossless); dwell: c 10.5, rho 1, loss 0.07."""
+    lru: c 10, n 10; ff: c 11, n 5 (lossless); dwell: c 10.5, n 1, loss 0.07."""
     runs = [
         write_run(tmp_path, "lru", "lru", 0.0, 10.0, 10.0),
         write_run(tmp_path, "ff", "farthest-future", 0.0, 11.0, 5.0),
         write_run(tmp_path, "dwell", "dwell", 0.07, 10.5, 1.0),
     ]
     bandwidth = tmp_path / "bandwidth.json"
-    bandwidth.write_text(json.dumps({"tau_ms": 0.1}))
+    bandwidth.write_text(json.dumps({"tau_ms": TAU}))
     return runs, bandwidth
 
 
 @pytest.mark.parametrize(
-    "tau, max_loss, expected",
+    "multiplier, max_loss, expected",
     [
-        (0.1, 0.0, "lru"),  # 11 vs 11.5: copies cheap, lru wins
-        (0.5, 0.0, "ff"),  # 15 vs 13.5
-        (0.5, 0.1, "dwell"),  # 11 beats both once its loss is allowed
-        (0.01, 0.1, "lru"),  # 10.1 vs 10.51 vs 11.05
+        (1, 0.0, "lru"),  # tau 0.1: 11 vs 11.5: copies cheap, lru wins
+        (5, 0.0, "ff"),  # tau 0.5: 15 vs 13.5
+        (5, 0.1, "dwell"),  # 11 beats both once its loss is allowed
+        (0.1, 0.1, "lru"),  # tau 0.01: 10.1 vs 10.51 vs 11.05
     ],
 )
-def test_choose_picks_the_least_predicted_time_within_the_limit(example, tau, max_loss, expected):
+def test_choose_picks_the_least_predicted_time_within_the_limit(
+    example, multiplier, max_loss, expected
+):
     runs, _ = example
     result = moecache(
         "choose",
         "--runs",
         *map(str, runs),
         "--tau-ms",
-        str(tau),
+        str(TAU),
+        "--multiplier",
+        str(multiplier),
         "--max-loss",
         str(max_loss),
         "--json",
@@ -73,11 +101,18 @@ def test_choose_picks_the_least_predicted_time_within_the_limit(example, tau, ma
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["choice"] == expected
-    # The brute-force answer: every admissible policy's c + rho * tau.
+    tau = TAU * multiplier
+    assert report["tau_ms"] == pytest.approx(tau)
+    # The brute-force answer: every admissible policy's c + n * tau, c = step - n tau(1).
     allowed = [p for p in report["policies"] if p["delta_nll"] <= max_loss]
-    assert min(allowed, key=lambda p: p["compute_ms"] + p["rho"] * tau)["run"] == expected
+    assert min(allowed, key=lambda p: p["compute_ms"] + p["copies_per_token"] * tau)["run"] == (
+        expected
+    )
     for p in report["policies"]:
-        assert p["predicted_ms"] == pytest.approx(p["compute_ms"] + p["rho"] * tau)
+        assert p["compute_ms"] == pytest.approx(p["step_ms"] - p["copies_per_token"] * TAU)
+        assert p["predicted_ms"] == pytest.approx(p["compute_ms"] + p["copies_per_token"] * tau)
+    # Every sequence costs the same: the choice is told apart from the runner-up.
+    assert report["runner_up"]["told_apart"]
 
 
 def test_choose_reads_tau_from_bandwidth_and_scales_it(example):
@@ -91,7 +126,7 @@ def test_choose_reads_tau_from_bandwidth_and_scales_it(example):
 
 def test_crossovers_are_where_lines_meet(example):
     runs, _ = example
-    points = cost_model.read_points(runs)
+    points = cost_model.read_points(runs, TAU)
     lru, ff, dwell = points
     assert cost_model.crossover(lru, ff) == pytest.approx(0.2)  # 10 + 10t = 11 + 5t
     assert cost_model.crossover(lru, dwell) == pytest.approx(0.5 / 9)
@@ -119,14 +154,25 @@ def test_choose_refuses_bad_input(example, tmp_path):
         assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_winner_check_compares_prediction_with_measurement(example):
+def test_winner_check_compares_prediction_with_measurement(example, tmp_path):
     runs, _ = example
-    points = cost_model.read_points(runs)
-    rows = cost_model.winner_check(points, {10: {"lru": 30.0, "ff": 20.0}, 50: {"lru": 9.0}}, 0.5)
-    assert len(rows) == 1  # one run alone at 50x decides nothing
-    (row,) = rows
+    points = cost_model.read_points(runs, TAU)
+    scaled = [
+        write_run(tmp_path, "lru", "lru", 0.0, 30.0 - 10 * TAU, 10.0, multiplier=10),
+        write_run(tmp_path, "ff", "farthest-future", 0.0, 20.0 - 5 * TAU, 5.0, multiplier=10),
+        write_run(tmp_path, "lru", "lru", 0.0, 9.0 - 10 * TAU, 10.0, multiplier=50),
+    ]
+    measured = [cost_model.point(json.loads(path.read_text())) for path in scaled]
+    rows, orphans = cost_model.cost_rows(points, measured, {10: 0.5, 50: 2.5})
+    assert not orphans and [r["run"] for r in rows] == ["ff", "lru", "lru"]
+    checks = cost_model.winner_check(rows)
+    assert [c["multiplier"] for c in checks] == [10, 50]
+    row, alone = checks
+    assert alone["agree"] is None  # one run alone at 50x decides nothing
     assert row["predicted_winner"] == "ff" and row["measured_winner"] == "ff" and row["agree"]
-    assert row["predicted_ms"]["lru"] == pytest.approx(10 + 10 * 5)
+    lru = next(r for r in rows if r["run"] == "lru" and r["multiplier"] == 10)
+    assert lru["predicted_ms"] == pytest.approx(10 + 10 * 0.5)
+    assert lru["relative_error"] == pytest.approx(15 / 30 - 1) and not lru["within_5pct"]
 
 
 def test_an_unknown_table_is_one_line(tmp_path):
@@ -142,12 +188,15 @@ def recomputed(run: dict) -> dict:
     rows = run["sequences"]
     timed = sum(r["timed_tokens"] for r in rows)
     steps = sum(r["step_seconds"] for r in rows)
+    copy_s = sum(r["copy_seconds"] for r in rows)
     nll = sum(r["nll_sum"] for r in rows) / sum(r["scored"] for r in rows)
     return {
         "delta_nll": nll - run["base_nll"],
         "tokens_per_second": timed / steps,
         "rho": sum(r["steady"] for r in rows) / timed,
-        "compute_ms": 1e3 * (steps - sum(r["copy_seconds"] for r in rows)) / timed,
+        "copies_per_token": sum(r["timed_copies"] for r in rows) / timed,
+        "copy_share_pct": 100 * copy_s / steps,
+        "compute_ms": 1e3 * (steps - copy_s) / timed,
         "step_ms": 1e3 * steps / timed,
     }
 
@@ -166,36 +215,60 @@ def test_table1_cells_equal_their_run_files(smoke_run):
     assert sorted(policies["run"]) == sorted(runs)
     for row in policies.itertuples():
         expected = recomputed(runs[row.run])
-        for column in ("delta_nll", "tokens_per_second", "rho", "compute_ms"):
+        for column in (
+            "delta_nll",
+            "tokens_per_second",
+            "rho",
+            "copies_per_token",
+            "copy_share_pct",
+            "compute_ms",
+        ):
             assert getattr(row, column) == pytest.approx(expected[column], rel=1e-9, abs=1e-12)
+        low, high = runs[row.run]["totals"]["tokens_per_second_ci"]
+        assert (row.tokens_per_second_lo, row.tokens_per_second_hi) == pytest.approx((low, high))
+        assert row.copies_per_token >= row.rho  # fills after the first token count too
         assert row.routing == ("restricted" if row.policy in ("dwell", "static") else "preserved")
     devices = pd.read_csv(figures / "table1_devices.csv")
     bandwidth = json.loads((smoke_run / "results/bandwidth/cpu.json").read_text())
-    assert devices.loc[0, "tau_ms"] == pytest.approx(bandwidth["tau_ms"])
+    assert devices.loc[0, "tau_ms"] == pytest.approx(bandwidth["multipliers"]["1"]["tau_ms"])
     assert devices.loc[0, "gib_per_s"] == pytest.approx(bandwidth["loop_gib_per_s"])
+    assert devices.loc[0, "group_overhead_ms"] == pytest.approx(bandwidth["group_overhead_ms"])
+    assert devices.loc[0, "ratio_x10"] == pytest.approx(
+        bandwidth["multipliers"]["10"]["ratio_to_1x"]
+    )
     cost = pd.read_csv(figures / "table1_cost_model.csv")
-    tau = bandwidth["tau_ms"]
+    tau1 = bandwidth["multipliers"]["1"]["tau_ms"]
     assert set(cost["multiplier"]) == {10}  # smoke runs lru and dwell-4 at 10x
     for row in cost.itertuples():
         scaled = runs_of(smoke_run, "a", row.multiplier)[row.run]
         base = recomputed(runs[row.run])
-        assert row.predicted_ms == pytest.approx(
-            base["compute_ms"] + base["rho"] * row.multiplier * tau
+        tau = bandwidth["multipliers"][str(row.multiplier)]["tau_ms"]
+        c = base["step_ms"] - base["copies_per_token"] * tau1
+        assert (row.n, row.c_ms, row.tau_ms) == pytest.approx((base["copies_per_token"], c, tau))
+        assert row.predicted_ms == pytest.approx(c + base["copies_per_token"] * tau)
+        measured = recomputed(scaled)["step_ms"]
+        assert row.measured_ms == pytest.approx(measured)
+        assert [row.measured_ms_lo, row.measured_ms_hi] == pytest.approx(
+            scaled["totals"]["step_ms_ci"]
         )
-        assert row.measured_ms == pytest.approx(recomputed(scaled)["step_ms"])
-    for _, group in cost.groupby("multiplier"):
-        assert group.loc[group["predicted_ms"].idxmin(), "predicted_winner"]
-        assert group.loc[group["measured_ms"].idxmin(), "measured_winner"]
-        assert group["predicted_winner"].sum() == group["measured_winner"].sum() == 1
+        assert row.relative_error == pytest.approx(row.predicted_ms / measured - 1)
+        assert row.within_5pct == (abs(row.relative_error) <= 0.05)
     text = (figures / "table1.md").read_text()
     for m, group in cost.groupby("multiplier"):
-        predicted = group.loc[group.predicted_winner, "run"].item()
-        measured = group.loc[group.measured_winner, "run"].item()
-        verdict = "agree" if predicted == measured else "DISAGREE"
+        contest = group[group.n > 0]
+        assert list(contest["run"]) == list(group.loc[group.in_winner_check, "run"])
+        predicted = contest.loc[contest["predicted_ms"].idxmin(), "run"]
+        measured = contest.loc[contest["measured_ms"].idxmin(), "run"]
+        assert group.loc[group.predicted_winner, "run"].item() == predicted
+        assert group.loc[group.measured_winner, "run"].item() == measured
+        verdict = "AGREE" if predicted == measured else "DISAGREE"
         assert (
-            f"At {m}x" in text
-            and f"predicts {predicted}, measured fastest {measured}: {verdict}." in text
+            f"At {m}x: equation (1) predicts {predicted}, measured fastest {measured}: "
+            f"{verdict}." in text
         )
+    worst = cost.loc[cost["relative_error"].abs().idxmax()]
+    every = "yes" if cost["within_5pct"].all() else "no"
+    assert f"Every run within 5%: {every} (largest error {100 * worst.relative_error:+.1f}%" in text
 
 
 def test_replay_tables_equal_their_results(smoke_run):
@@ -332,8 +405,9 @@ def test_figures_are_pdf_and_png(smoke_run):
 
 
 def test_fig1_target_builds_only_what_it_needs(tmp_path):
-    """`snakemake figures/fig1.pdf`: the model, the first shard's gates and decode runs
-    (1x and the copy multipliers), the bandwidth, and the figure; nothing else."""
+    """`snakemake figures/fig1.pdf`: the model, the first shard's gates, its one
+    interleaved decode job and a results file per run (1x and the copy multipliers), the
+    bandwidth, and the figure; nothing else."""
     config = load_yaml(SMOKE)
     result = snakemake(tmp_path, "figures/fig1.pdf", "-n", "--cores", "1", "--quiet", "rules")
     jobs = {}
@@ -351,7 +425,8 @@ def test_fig1_target_builds_only_what_it_needs(tmp_path):
         "heldout": 1,
         "train": 1,
         "gates": 1,
-        "decode": decodes,
+        "decode": 1,
+        "run_results": decodes,
         "bandwidth": 1,
         "fig1": 1,
     }, result.stdout

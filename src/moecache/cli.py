@@ -343,6 +343,22 @@ def cmd_figure(args):
     figures.write(args.name, fig, sources, args.out_dir)
 
 
+def cmd_numbers(args):
+    from moecache.report import numbers
+
+    if args.source:
+        sections, source = numbers.read_sections(args.source), str(args.source)
+    else:
+        sections = numbers.build(args.workdir, args.shards, args.runs, args.bandwidth)
+        source = f"the results under {args.workdir}"
+    if args.out:
+        numbers.write(sections, args.out)
+    if args.readme:
+        numbers.refresh(args.readme, sections, source)
+    if not (args.out or args.readme):
+        print(numbers.render(sections), end="")
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="moecache", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True)
@@ -514,6 +530,22 @@ def parser() -> argparse.ArgumentParser:
 
     paper_inputs(command("table", cmd_table, "one of the paper's tables"))
     paper_inputs(command("figure", cmd_figure, "one of the paper's figures"))
+
+    p = command(
+        "numbers",
+        cmd_numbers,
+        "the measured numbers the README quotes, as marked blocks; refresh the README's",
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--workdir", type=Path, help="a pipeline run's folder (results/, ...)")
+    source.add_argument(
+        "--from", dest="source", type=Path, help="the blocks of an earlier --out file"
+    )
+    p.add_argument("--shards", nargs="+", help="held-out shards in the config's order")
+    p.add_argument("--runs", nargs="+", type=Path, help="runs at 1x (default: the first shard's)")
+    p.add_argument("--bandwidth", nargs="+", type=Path, help="bandwidth files (default: all)")
+    p.add_argument("--out", type=Path, help="write every section, marked, to this file")
+    p.add_argument("--readme", type=Path, help="replace the marked blocks of this README")
     return top
 
 

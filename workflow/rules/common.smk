@@ -102,6 +102,11 @@ def bandwidth_files():
     ]
 
 
+def gpu_check_files():
+    """Copy bandwidth from GPU checks run elsewhere: more device rows for Table 1."""
+    return sorted(map(str, Path("results/gpu-check").glob("*.json")))
+
+
 PAPER_OUTPUTS = [
     "figures/table1.md",
     *expand("figures/{name}.md", name=["table2", "table3", "table_controller"]),
@@ -110,6 +115,7 @@ PAPER_OUTPUTS = [
     "figures/table_replication.md",
     "figures/fig1.pdf",
     "figures/fig2.pdf",
+    "figures/numbers.md",
 ]
 
 

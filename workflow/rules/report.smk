@@ -16,6 +16,7 @@ rule table1:
         runs=runs_at_1x(FIRST_SHARD),
         scaled=scaled_runs(),
         bandwidth=bandwidth_files(),
+        gpu_check=gpu_check_files(),
     output:
         report(
             "figures/table1_policies.csv",
@@ -42,7 +43,8 @@ rule table1:
         CONDA_ENV
     shell:
         "moecache table table1 --runs {input.runs} --scaled {input.scaled}"
-        " --bandwidth {input.bandwidth} --out-dir figures > {log} 2>&1"
+        " --bandwidth {input.bandwidth} --gpu-check {input.gpu_check}"
+        " --out-dir figures > {log} 2>&1"
 
 
 rule table:
@@ -175,3 +177,33 @@ rule fig2:
         CONDA_ENV
     shell:
         "moecache figure fig2 --foresight {input.foresight} --out-dir figures > {log} 2>&1"
+
+
+rule numbers:
+    """The measured numbers the README quotes, one marked section each (figures/numbers.md;
+    `make run` copies them into the README). It needs every other final output, so it runs
+    last and its runtime section sums every other job's benchmark."""
+    input:
+        profile="results/profile/model.json",
+        model=built("results/model"),
+        gates=expand("results/gates/{shard}.json", shard=SHARDS),
+        bandwidth=bandwidth_files(),
+        runs=runs_at_1x(FIRST_SHARD),
+        cost_model="figures/table1_cost_model.csv",
+        table1="figures/table1.md",
+        replay=replay_outputs(),
+        others=[path for path in final_outputs() if path != "figures/numbers.md"],
+    output:
+        "figures/numbers.md",
+    log:
+        "logs/figures/numbers.log",
+    benchmark:
+        "benchmarks/figures/numbers.tsv"
+    localrule: True
+    conda:
+        CONDA_ENV
+    params:
+        shards=SHARDS,
+    shell:
+        "moecache numbers --workdir . --shards {params.shards} --runs {input.runs}"
+        " --bandwidth {input.bandwidth} --out {output} > {log} 2>&1"

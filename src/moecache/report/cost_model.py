@@ -1,57 +1,223 @@
 """The cost model of the paper's equation (1) and the policy chooser built on it.
 
-With copies that block computation, a token costs c + rho * tau ms: c the compute time,
-rho the experts copied per token, tau the time of one copy. c and rho come from each
-run's measurement at 1x; tau is measured once per machine (`moecache bandwidth`), and a
-copy multiplier m prices copies m times slower. Each policy's cost is linear in tau, so the
-winner can change only where two lines cross, at tau_ij = (c_j - c_i) / (rho_i - rho_j).
+With copies that block computation, a token costs c + n * tau ms: n the experts copied per
+timed token (every copy, the fills after a sequence's first token included, not only the
+steady copies rho), tau the time of one copy. tau(m) is measured once per machine and copy
+multiplier m (`moecache bandwidth`: the slope through groups of 1, 2, 4 and 8 copies, the
+fixed cost of a group apart). c comes from each run's measured step at 1x:
+
+    c = step_ms(1x) - n * tau(1),
+
+so c holds the compute and the per-group overhead of the copies, and at 1x the prediction
+reproduces the measured step exactly. The prediction at multiplier m is c + n * tau(m).
+Each policy's cost is linear in tau, so the winner can change only where two lines cross,
+at tau_ij = (c_j - c_i) / (n_i - n_j).
+
+Intervals resample sequences (every run of a shard decodes the same sequences): a run's
+predicted ms/token is the token-weighted mean of its sequences' c_s + n_s * tau, with
+c_s = step_s / timed_s - n_s * tau(1) and n_s = timed_copies_s / timed_s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
+
+import numpy as np
 
 from moecache.atomic import read_json
 from moecache.errors import MoecacheError
 
+BOOTSTRAP_RESAMPLES = 2000  # as the harness's intervals (harness/timing.py)
+WITHIN = 0.05  # "within 5%": |predicted / measured - 1| <= WITHIN
+
+# The totals and per-sequence keys the cost model reads from a decode run.
+TOTALS = (
+    "delta_nll",
+    "step_ms",
+    "step_ms_ci",
+    "tokens_per_second",
+    "tokens_per_second_ci",
+    "rho",
+    "copies_per_token",
+    "copy_share",
+    "compute_ms",
+    "compute_ms_ci",
+)
+SEQUENCE_KEYS = ("sequence", "timed_tokens", "step_seconds", "timed_copies")
+
 
 @dataclass(frozen=True)
 class MeasuredRun:
-    """One decode run's measured point at 1x: where its line of equation (1) starts."""
+    """One decode run as measured: its totals and its per-sequence timing. With `tau1_ms`
+    (this machine's tau(1), `priced`) it is a line of equation (1): c + n * tau."""
 
     run: str
     policy: str
+    multiplier: float
     delta_nll: float
-    compute_ms: float  # c
-    rho: float
-    tokens_per_second: float
     restricts: bool
+    step_ms: float
+    step_ms_ci: tuple[float, float]
+    tokens_per_second: float
+    tokens_per_second_ci: tuple[float, float]
+    rho: float  # steady copies per timed token
+    copies_per_token: float  # n: every copy made at a timed token
+    copy_share: float  # copy time / step time, as timed by the harness
+    measured_compute_ms: float  # step minus the timed copy time
+    measured_compute_ms_ci: tuple[float, float]
+    shard: str | None = None
+    # Per sequence, in the order of the results file.
+    sequences: tuple = ()
+    seq_tokens: tuple = ()  # timed tokens
+    seq_step_ms: tuple = ()  # ms of all its timed steps
+    seq_copies: tuple = ()  # copies at its timed tokens
+    tau1_ms: float | None = None
+
+    @property
+    def n(self) -> float:
+        return self.copies_per_token
+
+    def on(self, sequences) -> MeasuredRun:
+        """This run's step time and copies on the given sequences only (a run at a
+        multiplier may decode the first few: equation (1) predicts it from those)."""
+        keep = [i for i, seq in enumerate(self.sequences) if seq in set(sequences)]
+        if len(keep) == len(self.sequences):
+            return self
+        tokens = sum(self.seq_tokens[i] for i in keep)
+        return dataclasses.replace(
+            self,
+            step_ms=sum(self.seq_step_ms[i] for i in keep) / tokens,
+            copies_per_token=sum(self.seq_copies[i] for i in keep) / tokens,
+            sequences=tuple(self.sequences[i] for i in keep),
+            seq_tokens=tuple(self.seq_tokens[i] for i in keep),
+            seq_step_ms=tuple(self.seq_step_ms[i] for i in keep),
+            seq_copies=tuple(self.seq_copies[i] for i in keep),
+        )
+
+    def priced(self, tau1_ms: float) -> MeasuredRun:
+        """This run with this machine's tau(1), which sets its c."""
+        return dataclasses.replace(self, tau1_ms=tau1_ms)
+
+    @property
+    def compute_ms(self) -> float:
+        """c = step_ms(1x) - n * tau(1): compute, with the per-group copy overhead."""
+        if self.tau1_ms is None:
+            raise MoecacheError(f"run {self.run}: c needs this machine's tau(1) (priced)")
+        return self.step_ms - self.n * self.tau1_ms
 
     def ms_per_token(self, tau_ms: float) -> float:
-        return self.compute_ms + self.rho * tau_ms
+        return self.compute_ms + self.n * tau_ms
+
+    def sequence_numerators(self, tau_ms: float) -> np.ndarray:
+        """Per sequence, timed_s * (c_s + n_s * tau): predicted ms summed over its tokens."""
+        if self.tau1_ms is None:
+            raise MoecacheError(f"run {self.run}: c needs this machine's tau(1) (priced)")
+        steps, copies = np.asarray(self.seq_step_ms, float), np.asarray(self.seq_copies, float)
+        return steps + copies * (tau_ms - self.tau1_ms)
+
+    def predicted_interval(self, tau_ms: float, seed: int = 0, level: float = 0.95):
+        """Bootstrap interval over sequences of the predicted ms/token at `tau_ms`."""
+        if not self.sequences:
+            return None
+        return bootstrap_ratio(self.sequence_numerators(tau_ms), self.seq_tokens, seed, level)
+
+
+def bootstrap_ratio(numerators, denominators, seed: int, level: float = 0.95):
+    """Percentile bootstrap interval of sum(numerators) / sum(denominators), resampling the
+    pairs (one a sequence); as harness/timing.py's, without importing torch."""
+    num, den = np.asarray(numerators, float), np.asarray(denominators, float)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(num), size=(BOOTSTRAP_RESAMPLES, len(num)))
+    ratios = num[picks].sum(axis=1) / den[picks].sum(axis=1)
+    tail = (1 - level) / 2
+    return [float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))]
+
+
+def paired_difference(num_a, den_a, num_b, den_b, seed: int = 0, level: float = 0.95):
+    """sum(num_a)/sum(den_a) - sum(num_b)/sum(den_b) and its percentile bootstrap interval,
+    resampling the same sequences for both (row i of a and of b: one sequence)."""
+    num_a, den_a = np.asarray(num_a, float), np.asarray(den_a, float)
+    num_b, den_b = np.asarray(num_b, float), np.asarray(den_b, float)
+    if not (len(num_a) == len(den_a) == len(num_b) == len(den_b)) or not len(num_a):
+        raise MoecacheError("a paired difference needs the same sequences on both sides")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(num_a), size=(BOOTSTRAP_RESAMPLES, len(num_a)))
+    diffs = num_a[picks].sum(axis=1) / den_a[picks].sum(axis=1) - num_b[picks].sum(axis=1) / den_b[
+        picks
+    ].sum(axis=1)
+    tail = (1 - level) / 2
+    point = float(num_a.sum() / den_a.sum() - num_b.sum() / den_b.sum())
+    return point, [float(np.quantile(diffs, tail)), float(np.quantile(diffs, 1 - tail))]
+
+
+def compare(a: MeasuredRun, b: MeasuredRun, tau_ms: float, seed: int = 0) -> dict | None:
+    """Predicted ms/token of a minus b at `tau_ms`, with a paired bootstrap interval over
+    the sequences both decoded; None when they did not decode the same sequences."""
+    if not a.sequences or a.shard != b.shard or sorted(a.sequences) != sorted(b.sequences):
+        return None
+    order = {s: i for i, s in enumerate(b.sequences)}
+    idx = [order[s] for s in a.sequences]
+    diff, interval = paired_difference(
+        a.sequence_numerators(tau_ms),
+        a.seq_tokens,
+        b.sequence_numerators(tau_ms)[idx],
+        np.asarray(b.seq_tokens, float)[idx],
+        seed,
+    )
+    return {
+        "a": a.run,
+        "b": b.run,
+        "difference_ms": diff,
+        "interval": interval,
+        "told_apart": not interval[0] <= 0 <= interval[1],
+    }
 
 
 def read_run(path) -> dict:
     return read_json(path, "a decode run's results")
 
 
-def point(report: dict) -> MeasuredRun:
+def point(report: dict, tau1_ms: float | None = None, path=None) -> MeasuredRun:
+    """A run's measured point from its results file; priced with `tau1_ms` when given."""
     from moecache.policies import POLICIES
 
-    totals = report["totals"]
-    return MeasuredRun(
+    totals = report.get("totals", {})
+    missing = [key for key in TOTALS if key not in totals]
+    rows = report.get("sequences", [])
+    missing += [f"sequences[].{key}" for key in SEQUENCE_KEYS if rows and key not in rows[0]]
+    if missing:
+        where = f"{path}: " if path else f"run {report.get('run')}: "
+        raise MoecacheError(
+            f"{where}not a decode run's results as the cost model reads them "
+            f"(no {', '.join(missing)})"
+        )
+    run = MeasuredRun(
         run=report["run"],
         policy=report["policy"],
+        multiplier=report.get("multiplier", 1),
         delta_nll=totals["delta_nll"],
-        compute_ms=totals["compute_ms"],
-        rho=totals["rho"],
-        tokens_per_second=totals["tokens_per_second"],
         restricts=POLICIES[report["policy"]].restricts,
+        step_ms=totals["step_ms"],
+        step_ms_ci=tuple(totals["step_ms_ci"]),
+        tokens_per_second=totals["tokens_per_second"],
+        tokens_per_second_ci=tuple(totals["tokens_per_second_ci"]),
+        rho=totals["rho"],
+        copies_per_token=totals["copies_per_token"],
+        copy_share=totals["copy_share"],
+        measured_compute_ms=totals["compute_ms"],
+        measured_compute_ms_ci=tuple(totals["compute_ms_ci"]),
+        shard=report.get("shard"),
+        sequences=tuple(r["sequence"] for r in rows),
+        seq_tokens=tuple(r["timed_tokens"] for r in rows),
+        seq_step_ms=tuple(1e3 * r["step_seconds"] for r in rows),
+        seq_copies=tuple(r["timed_copies"] for r in rows),
     )
+    return run if tau1_ms is None else run.priced(tau1_ms)
 
 
-def read_points(paths) -> list[MeasuredRun]:
+def read_points(paths, tau1_ms: float | None = None) -> list[MeasuredRun]:
     points = []
     for path in paths:
         report = read_run(path)
@@ -59,29 +225,61 @@ def read_points(paths) -> list[MeasuredRun]:
             raise MoecacheError(
                 f"{path}: the cost model reads 1x runs (this is x{report.get('multiplier')})"
             )
-        points.append(point(report))
+        points.append(point(report, tau1_ms, path))
     if not points:
         raise MoecacheError("no decode runs given")
     return points
 
 
+# --- copy time from a bandwidth file --------------------------------------------------------
+
+
+def tau_1x(bandwidth: dict) -> float:
+    """This machine's time per copy at 1x, the per-group overhead apart."""
+    return bandwidth.get("multipliers", {}).get("1", {}).get("tau_ms", bandwidth["tau_ms"])
+
+
+def tau_at(bandwidth: dict, m, path=None, strict: bool = True) -> float:
+    """tau(m): the time per copy measured through the link m times slower. Not strict:
+    m * tau(1) where the file did not measure m."""
+    key = f"{m:g}" if isinstance(m, float) else str(m)
+    row = bandwidth.get("multipliers", {}).get(key)
+    if row is not None:
+        return row["tau_ms"]
+    if m == 1:
+        return tau_1x(bandwidth)
+    if strict:
+        raise MoecacheError(
+            f"{path or 'the bandwidth file'}: no copy time measured at {key}x "
+            f"(measured: {', '.join(bandwidth.get('multipliers', {})) or 'none'})"
+        )
+    return m * tau_1x(bandwidth)
+
+
+# --- choosing ----------------------------------------------------------------------------------
+
+
 def choose(points: list[MeasuredRun], tau_ms: float, max_loss: float) -> MeasuredRun:
     """The fastest policy whose Delta NLL is within `max_loss`, at copy time `tau_ms`;
     ties go to the smaller loss, then the run name."""
+    return ranked_admissible(points, tau_ms, max_loss)[0]
+
+
+def ranked_admissible(points: list[MeasuredRun], tau_ms: float, max_loss: float):
     admissible = [p for p in points if p.delta_nll <= max_loss]
     if not admissible:
         best = min(p.delta_nll for p in points)
         raise MoecacheError(
             f"--max-loss {max_loss}: no policy is admissible (the smallest Delta NLL is {best:.4g})"
         )
-    return min(admissible, key=lambda p: (p.ms_per_token(tau_ms), p.delta_nll, p.run))
+    return sorted(admissible, key=lambda p: (p.ms_per_token(tau_ms), p.delta_nll, p.run))
 
 
 def crossover(a: MeasuredRun, b: MeasuredRun) -> float | None:
     """The copy time at which a and b cost the same (None when their lines are parallel)."""
-    if a.rho == b.rho:
+    if a.n == b.n:
         return None
-    return (b.compute_ms - a.compute_ms) / (a.rho - b.rho)
+    return (b.compute_ms - a.compute_ms) / (a.n - b.n)
 
 
 def crossovers(points: list[MeasuredRun]) -> list[dict]:
@@ -94,47 +292,39 @@ def crossovers(points: list[MeasuredRun]) -> list[dict]:
     return sorted(out, key=lambda row: row["tau_ms"])
 
 
-def winner_check(points: list[MeasuredRun], measured: dict[int, dict[str, float]], tau_ms: float):
-    """For each multiplier m: among the runs measured at m (run -> measured ms/token), the
-    winner equation (1) predicts at m * tau against the one measured fastest."""
-    by_run = {p.run: p for p in points}
-    rows = []
-    for m, runs in sorted(measured.items()):
-        known = {run: ms for run, ms in runs.items() if run in by_run}
-        if len(known) < 2:
-            continue
-        predicted = {run: by_run[run].ms_per_token(m * tau_ms) for run in known}
-        rows.append(
-            {
-                "multiplier": m,
-                "runs": sorted(known),
-                "predicted_winner": min(predicted, key=predicted.get),
-                "measured_winner": min(known, key=known.get),
-                "predicted_ms": predicted,
-                "measured_ms": known,
-            }
-        )
-        rows[-1]["agree"] = rows[-1]["predicted_winner"] == rows[-1]["measured_winner"]
-    return rows
-
-
-def choose_report(points: list[MeasuredRun], tau_ms: float, max_loss: float) -> dict:
+def choose_report(points: list[MeasuredRun], tau_ms: float, max_loss: float, seed: int = 0) -> dict:
     """What `moecache choose` reports: the choice, every run's predicted ms/token (fastest
-    first) and whether it is within the loss limit, and the crossovers."""
-    best = choose(points, tau_ms, max_loss)
+    first) and whether it is within the loss limit, the crossovers, and whether the choice
+    is told apart from the next admissible policy at the measured noise."""
+    admissible = ranked_admissible(points, tau_ms, max_loss)
+    best = admissible[0]
     ranked = sorted(points, key=lambda p: p.ms_per_token(tau_ms))
+    runner_up = None
+    if len(admissible) > 1:
+        runner_up = compare(best, admissible[1], tau_ms, seed) or {
+            "a": best.run,
+            "b": admissible[1].run,
+            "difference_ms": best.ms_per_token(tau_ms) - admissible[1].ms_per_token(tau_ms),
+            "interval": None,
+            "told_apart": None,  # not decoded on the same sequences
+        }
     return {
         "tau_ms": tau_ms,
+        "tau1_ms": best.tau1_ms,
         "max_loss": max_loss,
         "choice": best.run,
+        "runner_up": runner_up,
         "policies": [
             {
                 "run": p.run,
                 "policy": p.policy,
                 "delta_nll": p.delta_nll,
                 "compute_ms": p.compute_ms,
+                "copies_per_token": p.n,
                 "rho": p.rho,
+                "step_ms": p.step_ms,
                 "predicted_ms": p.ms_per_token(tau_ms),
+                "predicted_ms_ci": p.predicted_interval(tau_ms, seed),
                 "admissible": p.delta_nll <= max_loss,
             }
             for p in ranked
@@ -143,18 +333,154 @@ def choose_report(points: list[MeasuredRun], tau_ms: float, max_loss: float) -> 
     }
 
 
+def noise_line(runner_up: dict | None) -> str | None:
+    """One line when the choice and the next admissible policy cannot be told apart."""
+    if runner_up is None:
+        return None
+    if runner_up["told_apart"] is None:
+        return (
+            f"cannot compare {runner_up['a']} with {runner_up['b']} at the measured noise: "
+            "they did not decode the same sequences"
+        )
+    if runner_up["told_apart"]:
+        return None
+    lo, hi = runner_up["interval"]
+    return (
+        f"cannot tell {runner_up['a']} from {runner_up['b']} at the measured noise "
+        f"(difference {runner_up['difference_ms']:+.3f} ms/token, 95% interval "
+        f"{lo:+.3f}..{hi:+.3f})"
+    )
+
+
 def choose_summary(report: dict) -> list[str]:
     """The report of `choose_report` as lines of text."""
     best = next(row for row in report["policies"] if row["run"] == report["choice"])
     lines = [
         f"fastest within Delta NLL {report['max_loss']:g} at tau {report['tau_ms']:.4g} ms: "
-        f"{best['run']} ({best['policy']}), {best['predicted_ms']:.3f} ms/token",
-        f"{'run':20s} {'Delta NLL':>10s} {'c ms':>8s} {'rho':>6s} {'ms/token':>9s}",
+        f"{best['run']} ({best['policy']}), {best['predicted_ms']:.3f} ms/token"
     ]
+    noise = noise_line(report.get("runner_up"))
+    if noise:
+        lines.append(noise)
+    lines.append(
+        f"{'run':20s} {'Delta NLL':>10s} {'c ms':>8s} {'n':>6s} {'rho':>6s} {'ms/token':>9s}"
+    )
     for row in report["policies"]:
         mark = "" if row["admissible"] else "  (over the loss limit)"
         lines.append(
             f"{row['run']:20s} {row['delta_nll']:+10.4f} {row['compute_ms']:8.3f} "
-            f"{row['rho']:6.2f} {row['predicted_ms']:9.3f}{mark}"
+            f"{row['copies_per_token']:6.2f} {row['rho']:6.2f} {row['predicted_ms']:9.3f}{mark}"
+        )
+    return lines
+
+
+# --- equation (1) against the runs repeated at slower copies ---------------------------------
+
+
+def overlap(a, b) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def cost_rows(
+    points: list[MeasuredRun], scaled: list[MeasuredRun], taus: dict
+) -> tuple[list[dict], list[str]]:
+    """One row per run repeated at a multiplier m > 1: n and c from its 1x run, tau(m), the
+    predicted ms/token c + n tau(m), the measured one with its interval, the relative error
+    (predicted / measured - 1) and whether it is within 5%. Also the scaled runs left out
+    (no 1x run)."""
+    by_run = {p.run: p for p in points}
+    rows, orphans = [], []
+    for s in sorted(scaled, key=lambda s: (s.multiplier, s.run)):
+        base = by_run.get(s.run)
+        if base is None:
+            orphans.append(f"{s.run} at {s.multiplier:g}x")
+            continue
+        base = base.on(s.sequences)  # the same sequences at 1x
+        tau = taus[s.multiplier]
+        predicted = base.ms_per_token(tau)
+        error = predicted / s.step_ms - 1
+        rows.append(
+            {
+                "multiplier": s.multiplier,
+                "run": s.run,
+                "n": base.n,
+                "c_ms": base.compute_ms,
+                "tau_ms": tau,
+                "predicted_ms": predicted,
+                "measured_ms": s.step_ms,
+                "measured_ms_lo": s.step_ms_ci[0],
+                "measured_ms_hi": s.step_ms_ci[1],
+                "relative_error": error,
+                "within_5pct": bool(abs(error) <= WITHIN),
+            }
+        )
+    return rows, orphans
+
+
+def winner_check(rows: list[dict]) -> list[dict]:
+    """Per multiplier, from `cost_rows`: equation (1)'s predicted winner against the
+    measured one, among the runs that make timed copies (a run with none, n = 0, costs
+    the same at every multiplier: it cannot lose to slower copies and decides nothing);
+    whether the measured winner's interval overlaps the runner-up's."""
+    out = []
+    for m, group in itertools.groupby(rows, key=lambda r: r["multiplier"]):
+        group = list(group)
+        contest = [r for r in group if r["n"] > 0]
+        left_out = sorted(r["run"] for r in group if r["n"] <= 0)
+        check = {"multiplier": m, "runs": sorted(r["run"] for r in contest), "left_out": left_out}
+        if len(contest) < 2:
+            out.append({**check, "agree": None})
+            continue
+        predicted = min(contest, key=lambda r: (r["predicted_ms"], r["run"]))
+        measured = sorted(contest, key=lambda r: (r["measured_ms"], r["run"]))
+        first, second = measured[0], measured[1]
+        check.update(
+            predicted_winner=predicted["run"],
+            measured_winner=first["run"],
+            runner_up=second["run"],
+            agree=predicted["run"] == first["run"],
+            told_apart=not overlap(
+                (first["measured_ms_lo"], first["measured_ms_hi"]),
+                (second["measured_ms_lo"], second["measured_ms_hi"]),
+            ),
+        )
+        out.append(check)
+    return out
+
+
+def winner_lines(checks: list[dict], rows: list[dict]) -> list[str]:
+    """The cost model's verdicts as lines: AGREE/DISAGREE per multiplier, the runs left
+    out of the contest and why, whether the measured winner is told apart, and whether
+    every run is within 5%."""
+    lines = []
+    for c in checks:
+        m = f"{c['multiplier']:g}x"
+        if c["agree"] is None:
+            lines.append(
+                f"At {m}: fewer than two runs make timed copies "
+                f"({', '.join(c['runs']) or 'none'}); no winner to check."
+            )
+        else:
+            lines.append(
+                f"At {m}: equation (1) predicts {c['predicted_winner']}, measured fastest "
+                f"{c['measured_winner']}: {'AGREE' if c['agree'] else 'DISAGREE'}."
+            )
+            if not c["told_apart"]:
+                lines.append(
+                    f"At {m}: the measured winner {c['measured_winner']} is not told apart from "
+                    f"the runner-up {c['runner_up']} (their 95% intervals overlap)."
+                )
+        if c["left_out"]:
+            lines.append(
+                f"At {m}: left out of the winner check, making no timed copies (n = 0: "
+                f"slower copies cannot slow them, so they cannot lose): {', '.join(c['left_out'])}."
+            )
+    if rows:
+        worst = max(rows, key=lambda r: abs(r["relative_error"]))
+        every = all(r["within_5pct"] for r in rows)
+        lines.append(
+            f"Every run within 5%: {'yes' if every else 'no'} (largest error "
+            f"{100 * worst['relative_error']:+.1f}%, {worst['run']} at "
+            f"{worst['multiplier']:g}x)."
         )
     return lines

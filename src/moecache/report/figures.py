@@ -15,20 +15,25 @@ from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
 from moecache.report import cost_model  # noqa: E402
-from moecache.report.tables import measured_at_multipliers, read  # noqa: E402
+from moecache.report.tables import read, scaled_points  # noqa: E402
 
 COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
 
 
 def fig1(runs, scaled, bandwidth):
-    """Delta NLL against tokens/s: measured at 1x; equation (1) at each higher multiplier,
-    with the runs measured there drawn apart."""
+    """Delta NLL against tokens/s: measured at 1x; equation (1) with every timed copy at
+    each higher multiplier, with the runs measured there drawn apart. Every point has its
+    95% interval over sequences."""
     if not bandwidth:
         raise MoecacheError("fig1: give --bandwidth (this machine's tau)")
-    tau = read(bandwidth[0])["tau_ms"]
-    points = [cost_model.point(read(path)) for path in runs]
-    measured = measured_at_multipliers(scaled)
+    own = read(bandwidth[0])
+    tau1 = cost_model.tau_1x(own)
+    points = [cost_model.point(read(path), tau1, path) for path in runs]
+    measured: dict = {}
+    for s in scaled_points(scaled):
+        measured.setdefault(s.multiplier, {})[s.run] = s
     multipliers = [1, *sorted(measured)]
+    taus = {m: cost_model.tau_at(own, m, bandwidth[0]) for m in multipliers}
     fig, axes = plt.subplots(
         1, len(multipliers), figsize=(4.2 * len(multipliers), 3.8), sharey=True, squeeze=False
     )
@@ -36,10 +41,22 @@ def fig1(runs, scaled, bandwidth):
         for i, p in enumerate(points):
             kind = "restricted" if p.restricts else "preserved"
             if m == 1:
-                x, style = p.tokens_per_second, {"marker": "o"}
+                x, (lo, hi), style = p.tokens_per_second, p.tokens_per_second_ci, {"fmt": "o"}
             else:
-                x, style = 1e3 / p.ms_per_token(m * tau), {"marker": "^", "alpha": 0.8}
-            ax.scatter(x, p.delta_nll, color=COLORS[kind], s=36, **style)
+                x = 1e3 / p.ms_per_token(taus[m])
+                ms = p.predicted_interval(taus[m])
+                lo, hi = (x, x) if ms is None else (1e3 / ms[1], 1e3 / ms[0])
+                style = {"fmt": "^", "alpha": 0.8}
+            ax.errorbar(
+                x,
+                p.delta_nll,
+                xerr=[[max(x - lo, 0)], [max(hi - x, 0)]],
+                color=COLORS[kind],
+                ms=6,
+                capsize=2,
+                elinewidth=0.8,
+                **style,
+            )
             # Lossless points share Delta NLL 0: stagger their labels.
             offset = (3, 3 + 9 * (i % 3))
             ax.annotate(
@@ -47,12 +64,27 @@ def fig1(runs, scaled, bandwidth):
             )
             if m != 1 and p.run in measured[m]:
                 # The run repeated at m, joined to its prediction so each square has a name.
-                real = 1e3 / measured[m][p.run]
-                ax.plot([x, real], [p.delta_nll] * 2, color="grey", lw=0.8, ls=":")
-                ax.scatter(
-                    real, p.delta_nll, facecolors="none", edgecolors="black", marker="s", s=64
+                real = measured[m][p.run]
+                rx, (rlo, rhi) = real.tokens_per_second, real.tokens_per_second_ci
+                ax.plot([x, rx], [p.delta_nll] * 2, color="grey", lw=0.8, ls=":")
+                ax.errorbar(
+                    rx,
+                    p.delta_nll,
+                    xerr=[[max(rx - rlo, 0)], [max(rhi - rx, 0)]],
+                    fmt="s",
+                    mfc="none",
+                    mec="black",
+                    ecolor="black",
+                    ms=8,
+                    capsize=3,
+                    elinewidth=0.8,
                 )
-        ax.set_title("measured, 1x copies" if m == 1 else f"equation (1), copies {m}x slower")
+        ax.set_title(
+            "measured, 1x copies"
+            if m == 1
+            else f"equation (1), copies {m:g}x slower\n(tau({m:g}) = {taus[m]:.3g} ms)",
+            fontsize=9,
+        )
         ax.set_xlabel("tokens / s")
         ax.margins(x=0.08, y=0.2)  # room for the staggered labels
         ax.grid(alpha=0.3)
@@ -62,7 +94,7 @@ def fig1(runs, scaled, bandwidth):
         plt.Line2D(
             [], [], color=COLORS["restricted"], marker="o", ls="", label="routing restricted"
         ),
-        plt.Line2D([], [], color="grey", marker="^", ls="", label="predicted, c + rho m tau"),
+        plt.Line2D([], [], color="grey", marker="^", ls="", label="predicted, c + n tau(m)"),
         plt.Line2D(
             [],
             [],
@@ -74,12 +106,15 @@ def fig1(runs, scaled, bandwidth):
             lw=0.8,
             label="measured at m, joined to its prediction",
         ),
+        plt.Line2D([], [], color="grey", marker="|", ls="-", lw=0.8, label="95% interval"),
     ]
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.suptitle(
-        f"Quality against speed as copies get slower (tau = {tau:.3g} ms at 1x)", fontsize=10
+        f"Quality against speed as copies get slower (tau(1) = {tau1:.3g} ms; "
+        "n = every timed copy)",
+        fontsize=10,
     )
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig, [*runs, *scaled, *bandwidth]
 
 
