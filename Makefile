@@ -21,6 +21,7 @@ $(STAMP): envs/requirements.txt envs/requirements-dev.txt envs/constraints.txt p
 run: venv
 	snakemake all --cores 1 --resources gpu=1
 	snakemake --report report.html
+	moecache numbers --from figures/numbers.md --readme README.md
 
 # The test suite: static checks, then the tests (which include the smoke pipeline).
 test: venv lint pytest

@@ -163,7 +163,7 @@ def test_a_multiplier_moves_m_times_the_bytes(smoke, monkeypatch):
     config, model, sequences = smoke
     experts = model.model.layers[1].mlp.experts
     host = HostExperts(experts, 8, "cpu")
-    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, pin=False)
+    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, False, 8)
     moved = []
     repeat = SlowLink.repeat
     monkeypatch.setattr(

@@ -69,6 +69,8 @@ rule run_results:
     benchmark:
         "benchmarks/runs/{shard}/{run}-x{multiplier}.tsv"
     localrule: True
+    conda:
+        CONDA_ENV
     shell:
         "(cp {input}/{wildcards.run}-x{wildcards.multiplier}.json {output.results}"
         " && cp {input}/{wildcards.run}-x{wildcards.multiplier}.parquet {output.trace})"

@@ -81,9 +81,10 @@ class Arm:
 
 
 @contextlib.contextmanager
-def offloaded(model, layers, capacity: int, device: str, ring_mib: int, keep_own=False):
+def offloaded(model, layers, capacity: int, device: str, ring_mib: int, keep_own=False, slots=None):
     """Move the restricted layers' expert weights off the device into host memory, with
     `capacity` device slots per layer; the model is put back as it was afterwards.
+    `slots`: the slots a run uses in all (the link's device ring; default all of them).
     `keep_own`: the model's own weights stay on the device too, for an arm that runs the
     model's own blocks beside the pooled ones (the gates)."""
     own = {layer: model.model.layers[layer].mlp for layer in layers}
@@ -96,7 +97,12 @@ def offloaded(model, layers, capacity: int, device: str, ring_mib: int, keep_own
             hosts[layer] = HostExperts(mlp.experts, capacity, device)
         some = next(iter(hosts.values()))
         link = SlowLink(
-            some.gate_up_host[0], some.down_host[0], device, ring_mib, device.type == "cuda"
+            some.gate_up_host[0],
+            some.down_host[0],
+            device,
+            ring_mib,
+            device.type == "cuda",
+            slots or capacity * len(layers),
         )
         yield Offload(model, own, hosts, link)
     finally:

@@ -31,7 +31,10 @@ def run(model, sequences, harness: dict, seed: int = 0) -> dict:
     num_experts, top_k = model.config.num_experts, model.config.num_experts_per_tok
     runs = lossless_runs(harness["capacity"], num_experts)
     ring = harness.get("link_ring_mib", 128)
-    with decode.offloaded(model, layers, num_experts, device, ring, keep_own=True) as off:
+    slots = harness["capacity"] * len(layers)
+    with decode.offloaded(
+        model, layers, num_experts, device, ring, keep_own=True, slots=slots
+    ) as off:
         arms = [decode.Arm("base", {})] + [
             off.arm(name, decode.policy_factory(spec, capacity, num_experts, top_k), capacity)
             for name, (spec, capacity) in runs.items()

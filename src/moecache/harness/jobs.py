@@ -49,8 +49,10 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
     harness = settings["harness"]
     device = harness["device"]
     layer = model.model.layers[harness["restricted_layers"][0]]
-    copy = bandwidth.measure([layer.mlp.experts], device, [1], ring_mib(harness))
-    token_s = profile.token_seconds(model, sequences, device)
+    copy = bandwidth.measure(
+        [layer.mlp.experts], device, [1], ring_mib(harness), slots=harness["capacity"]
+    )
+    token_s = profile.token_seconds(model, sequences[: harness.get("gate_sequences")], device)
     report = {
         "device": device,
         "expert_bytes": copy["expert_bytes"],
@@ -65,6 +67,7 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
 
 def run_gates(settings, model_source, sequences_path, out) -> dict:
     model, sequences = load(settings, model_source, sequences_path)
+    sequences = sequences[: settings["harness"].get("gate_sequences")]
     report = gates.run(model, sequences, settings["harness"], settings["seed"])
     gates.check(report)  # a failed gate fails the job, with the numbers, and writes nothing
     return provenance.write_results(out, report, settings, settings["harness"]["device"])
@@ -110,8 +113,10 @@ def run_decode(
     model, sequences = load(settings, model_source, sequences_path)
     base = json.loads(Path(gates_path).read_text())
     most = max(capacity for _, _, capacity, _, _ in specs.values())
+    layers = harness["restricted_layers"]
+    slots = harness["capacity"] * len(layers)
     with decode.offloaded(
-        model, harness["restricted_layers"], most, harness["device"], ring_mib(harness)
+        model, layers, most, harness["device"], ring_mib(harness), slots=slots
     ) as off:
         # Runs at a multiplier above 1 may decode only the first sequences: slow copies
         # cost most there, and equation (1) is checked on the same sequences at 1x.
@@ -224,5 +229,8 @@ def run_bandwidth(settings, model_source, out) -> dict:
     multipliers = sorted(
         {1, *(m for spec in harness["runs"].values() for m in spec.get("multipliers", [1]))}
     )
-    report = bandwidth.measure(experts, harness["device"], multipliers, ring_mib(harness))
+    slots = harness["capacity"] * len(experts)
+    report = bandwidth.measure(
+        experts, harness["device"], multipliers, ring_mib(harness), slots=slots
+    )
     return provenance.write_results(out, report, settings, harness["device"])

@@ -143,15 +143,11 @@ def model_section(workdir: Path) -> str:
         training = read(training_file)
         parameters = count(training["parameters"])
         config_file = workdir / "results/model/config.json"
-        if config_file.exists():
-            arch = read(config_file, "a model config")
-            experts = (
-                arch["num_hidden_layers"]
-                * arch["num_experts"]
-                * 3
-                * arch["hidden_size"]
-                * arch["intermediate_size"]
-            )
+        keys = ("num_hidden_layers", "num_experts", "hidden_size", "intermediate_size")
+        arch = read(config_file, "a model config") if config_file.exists() else {}
+        if all(isinstance(arch.get(key), int) for key in keys):
+            # Every layer's experts: gate, up and down projections of hidden x intermediate.
+            experts = math.prod(arch[key] for key in keys) * 3
             parameters += f" (expert weights {count(experts)})"
         rows.append(("parameters", parameters))
         steps = len(training["log"])
@@ -171,13 +167,13 @@ def model_section(workdir: Path) -> str:
             "held-out NLL (first shard)",
             f"{fixed(profile['heldout_nll'], 3)} nats over {count(scored)} scored tokens",
         ),
-        ("one expert's weights", f"{count(profile['expert_bytes'])} bytes"),
+        ("one expert's weights (gate, up and down)", f"{count(profile['expert_bytes'])} bytes"),
         (
-            f"one expert copy, host to device (`{profile['device']}`)",
+            f"one expert copy, host to device (`{profile['device']}`; the pool's copy path, 1x)",
             f"{sig(profile['expert_copy_ms'])} ms",
         ),
         (
-            "one token's compute, batch 1, model's own MoE block",
+            "one token's compute, batch 1 with KV cache, model's own MoE block",
             f"{sig(profile['token_compute_ms'])} ms",
         ),
         ("one expert copy / one token's compute", percent(profile["copy_share_of_token"], 2)),

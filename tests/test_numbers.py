@@ -1,0 +1,332 @@
+"""The README's measured numbers come from the results files: `moecache numbers` renders
+them per section, refreshes only the README's marked blocks, and the committed README's
+blocks equal the committed figures/numbers.md."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPO, moecache
+
+from moecache.errors import MoecacheError
+from moecache.report import numbers
+
+BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def write_json(path: Path, data: dict) -> None:
+    write(path, json.dumps(data))
+
+
+def bench(path: Path, seconds: float) -> None:
+    write(path, BENCH_HEADER + f"{seconds}\t0:00:00\t1\t1\t1\t1\t0\t0\t50\t1\n")
+
+
+def totals(**given) -> dict:
+    base = {
+        "nll": 5.0,
+        "scored_tokens": 100,
+        "tokens_per_second": 120.0,
+        "tokens_per_second_ci": [110.0, 130.0],
+        "copies_per_token": 2.0,
+        "rho": 1.8,
+        "tau_ms": 0.05,
+        "compute_ms": 8.0,
+        "copy_share": 0.0125,
+        "delta_nll": 0.0,
+    }
+    return {**base, **given}
+
+
+def run_file(name: str, policy: str, **given) -> dict:
+    return {"run": name, "policy": policy, "multiplier": 1, "shard": "a", "totals": totals(**given)}
+
+
+def rule_totals(steady: int, gap) -> dict:
+    return {"totals": {"steady": steady, "gap_recovered": gap, "fills": 10}}
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    """The smallest run folder every section reads: one shard, two runs, one device."""
+    w = tmp_path / "run"
+    write_json(
+        w / "results/profile/model.json",
+        {
+            "device": "cpu",
+            "expert_bytes": 196608,
+            "expert_copy_ms": 0.02634,
+            "token_compute_ms": 8.1234,
+            "timed_tokens": 3833,
+            "heldout_nll": 5.12345,
+            "reuse_per_layer": [0.291, 0.314],
+            "reuse_shuffled_per_layer": [0.241, 0.262],
+            "copy_share_of_token": 0.00324,
+        },
+    )
+    write_json(
+        w / "results/model/training.json",
+        {
+            "parameters": 13404288,
+            "tokens_seen": 614400,
+            "log": [{"step": 0, "lm_loss": 7.6}, {"step": 1, "lm_loss": 5.0217}],
+        },
+    )
+    write_json(
+        w / "results/model/config.json",
+        {"num_hidden_layers": 4, "num_experts": 64, "hidden_size": 128, "intermediate_size": 128},
+    )
+    write_json(
+        w / "results/gates/a.json",
+        {
+            "base": totals(nll=5.1231761, tokens_per_second=124.7),
+            "batched_nll": 5.1231760,
+            "runs": {
+                "lru": totals(nll=5.1231761),
+                "all-resident": totals(nll=5.1231761, tokens_per_second=130.5),
+            },
+            "throughput_ratio_pool_vs_own_block": 1.0465,
+            "throughput_ratio_ci": [0.97, 1.12],
+            "min_throughput_ratio": 0.9,
+        },
+    )
+    write_json(
+        w / "results/bandwidth/cpu.json",
+        {
+            "expert_bytes": 196608,
+            "multipliers": {
+                "1": {"tau_ms": 0.0409, "group_overhead_ms": 0.002, "ratio_to_1x": 1.0},
+                "10": {"tau_ms": 0.23, "group_overhead_ms": 0.003, "ratio_to_1x": 5.62},
+            },
+            "loop_gib_per_s": 4.48,
+            "large_gib_per_s": 12.3,
+            "device_name": "x86_64",
+        },
+    )
+    write_json(w / "results/runs/a/lru-x1.json", run_file("lru", "lru"))
+    write_json(
+        w / "results/runs/a/static-x1.json",
+        run_file("static", "static", delta_nll=0.00243, copy_share=0.002),
+    )
+    write_json(w / "results/runs/a/lru-x10.json", run_file("lru", "lru", tokens_per_second=1.0))
+    write(
+        w / "figures/table1_cost_model.csv",
+        "multiplier,run,predicted_ms,measured_ms,predicted_winner\n"
+        "10,lru,8.58,8.683,False\n10,static,8.021,7.907,True\n",
+    )
+    write(
+        w / "figures/table1.md",
+        "### Table 1\n\ncaption\n\nAt 10x: equation (1) predicts static, measured fastest "
+        "static: AGREE.\nConfig hash x.\n",
+    )
+    write_json(
+        w / "results/replay/a/replay.json",
+        {
+            "capacity": 32,
+            "experts": 64,
+            "streams": 32,
+            "run": "lru",
+            "multiplier": 1,
+            "rules": {
+                "lru": rule_totals(7622, 0.0),
+                "lfu": rule_totals(5916, 0.3991),
+                "farthest-future": rule_totals(3342, 1.0),
+            },
+        },
+    )
+    write_json(
+        w / "results/replay/a/bound.json",
+        {
+            "totals": {
+                "b_flat": 3216,
+                "b_star": 3372,
+                "b_greedy": 3372,
+                "greedy_optimal": True,
+                "gap": 0.049,
+                "coincide_share": 0.125,
+                "integral": True,
+                "certified": True,
+                "lp_seconds": 0.42,
+                "streams": 32,
+            },
+            "mixed_precision": None,
+        },
+    )
+    bench(w / "benchmarks/train.tsv", 184.0)
+    bench(w / "benchmarks/corpus.tsv", 2.4)
+    bench(w / "benchmarks/decode/a.tsv", 30.0)
+    bench(w / "benchmarks/decode/b.tsv", 40.0)
+    bench(w / "benchmarks/figures/numbers.tsv", 999.0)  # its own job: never counted
+    return w
+
+
+def test_sections_render_the_numbers_in_the_files(workdir):
+    sections = numbers.build(workdir)
+    assert list(sections) == list(numbers.NAMES)
+    model = sections["model"]
+    assert "13,404,288 (expert weights 12,582,912)" in model
+    assert "3 min 4 s (2 steps, 614,400 tokens)" in model
+    assert "5.022 nats" in model and "5.123 nats over 3,833 scored tokens" in model
+    assert "0.0263 ms" in model and "8.12 ms" in model and "0.32%" in model
+    assert "0.29, 0.31" in model and "0.24, 0.26" in model
+    gates = sections["gates"]
+    assert "5.123176" in gates and "1.0e-07" in gates
+    assert "124.7" in gates and "130.5" in gates
+    assert "1.05 (95% 0.97-1.12)" in gates and "| 0.9 |" in gates
+    bandwidth = sections["bandwidth"]
+    assert "| cpu (x86_64) | 10x | 0.230 | 5.62 |" in bandwidth and "| 4.48 | 12.3 |" in bandwidth
+    runs = sections["runs"]
+    assert "| static | static |" in runs and "0.0024" in runs
+    assert "110.0-130.0" in runs and "lru-x10" not in runs and "| 1.0 |" not in runs
+    assert "LRU's copies take 1.25% of its step at 1x." in runs
+    cost = sections["cost_model"]
+    assert "| multiplier | run | predicted_ms | measured_ms | predicted_winner |" in cost
+    assert "| 10 | static | 8.021 | 7.907 | True |" in cost
+    assert "- At 10x: equation (1) predicts static" in cost and "Config hash" not in cost
+    replay = sections["replay"]
+    assert "| lfu | 39.9% | 5,916 |" in replay
+    assert "| a | 32 | 3,216 | 3,372 | 3,372 | yes | 4.9% | 12.5% | yes / yes | 0.42 |" in replay
+    assert "every stream of every shard: yes" in replay
+    runtime = sections["runtime"]
+    assert "| decode | 2 | 1 min 10 s | 30.0 s to 40.0 s |" in runtime
+    assert "| all jobs | 4 | **4 min 16 s** |" in runtime and "999" not in runtime
+
+
+def test_a_changed_number_changes_its_section_only(workdir):
+    before = numbers.build(workdir)
+    assert numbers.build(workdir) == before  # a pure function of the files
+    path = workdir / "results/replay/a/replay.json"
+    replay = json.loads(path.read_text())
+    replay["rules"]["lfu"]["totals"].update(steady=6000, gap_recovered=0.25)
+    path.write_text(json.dumps(replay))
+    bench(workdir / "benchmarks/decode/a.tsv", 90.0)
+    after = numbers.build(workdir)
+    assert "| lfu | 25.0% | 6,000 |" in after["replay"] and "39.9%" not in after["replay"]
+    assert "| decode | 2 | 2 min 10 s |" in after["runtime"]
+    assert {name for name in before if before[name] != after[name]} == {"replay", "runtime"}
+
+
+def test_replay_extras_when_present(workdir):
+    subset = {
+        "streams": 8,
+        "foresight": [{"k": 1, "gap_recovered": 0.187}, {"k": None, "gap_recovered": 1.0}],
+        "causal": {"lfu": 0.307, "fifo": -0.5},
+    }
+    write_json(
+        workdir / "results/replay/a/foresight.json",
+        {"subsets": {"heldout": subset, "all": {**subset, "streams": 32}}},
+    )
+    write_json(
+        workdir / "results/replay/optimum-sweep.json",
+        {
+            "instances": 42000,
+            "k_over_c": [0.25, 0.5],
+            "greedy_not_optimal": 0,
+            "greedy_above_lru": 0,
+            "lp_dp_disagreements": 0,
+        },
+    )
+    replay = numbers.build(workdir)["replay"]
+    assert "| 1 | 18.7% | 18.7% |" in replay and "| unlimited | 100.0% |" in replay
+    assert "| best causal rule | lfu 30.7% | lfu 30.7% |" in replay
+    assert "Optimum sweep: 42,000 instances (k/C 0.25, 0.5)" in replay
+
+
+def test_a_missing_file_or_key_is_one_line(workdir):
+    (workdir / "results/profile/model.json").unlink()
+    with pytest.raises(MoecacheError, match="model.json: missing"):
+        numbers.build(workdir)
+    write_json(workdir / "results/profile/model.json", {"device": "cpu"})
+    with pytest.raises(MoecacheError, match="section model: .*'timed_tokens'"):
+        numbers.build(workdir)
+
+
+def readme_text(names, filler="stale") -> str:
+    parts = ["# Title\n\nIntro with 1.23 ms typed in.\n"]
+    for name in names:
+        parts.append(
+            f"\n## {name}\n\n<!-- numbers:{name} -->\n{filler}\n<!-- /numbers:{name} -->\n"
+        )
+    parts.append("\nThe end.\n")
+    return "".join(parts)
+
+
+def outside(text: str) -> str:
+    """The text with every marked block emptied."""
+    block = r"(<!-- numbers:(\S+) -->).*?(<!-- /numbers:\2 -->)"
+    return re.sub(block, r"\1\3", text, flags=re.DOTALL)
+
+
+def test_refresh_replaces_only_the_marked_blocks(workdir, tmp_path):
+    out = tmp_path / "numbers.md"
+    assert moecache("numbers", "--workdir", str(workdir), "--out", str(out)).returncode == 0
+    sections = numbers.read_sections(out)
+    assert sections == numbers.build(workdir)
+    readme = tmp_path / "README.md"
+    readme.write_text(readme_text(numbers.NAMES))
+    before = readme.read_text()
+    result = moecache("numbers", "--from", str(out), "--readme", str(readme))
+    assert result.returncode == 0, result.stderr
+    text = readme.read_text()
+    assert "stale" not in text and outside(text) == outside(before)
+    assert numbers.blocks(text, "README") == sections
+    # From the results themselves the same; a second refresh changes nothing.
+    assert moecache("numbers", "--workdir", str(workdir), "--readme", str(readme)).returncode == 0
+    assert readme.read_text() == text
+
+
+@pytest.mark.parametrize(
+    "names, says",
+    [
+        ([*numbers.NAMES, "extra"], "has block(s) extra that"),
+        ([n for n in numbers.NAMES if n != "runtime"], "has section(s) runtime that"),
+    ],
+)
+def test_refresh_refuses_unmatched_markers(workdir, tmp_path, names, says):
+    out = tmp_path / "numbers.md"
+    numbers.write(numbers.build(workdir), out)
+    readme = tmp_path / "README.md"
+    readme.write_text(readme_text(names))
+    before = readme.read_text()
+    result = moecache("numbers", "--from", str(out), "--readme", str(readme))
+    assert result.returncode != 0
+    assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert readme.read_text() == before
+
+
+def test_refresh_refuses_a_broken_marker(workdir, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(readme_text(numbers.NAMES).replace("<!-- /numbers:gates -->", ""))
+    before = readme.read_text()
+    result = moecache("numbers", "--workdir", str(workdir), "--readme", str(readme))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "numbers:" in result.stderr and readme.read_text() == before
+
+
+def test_the_readme_has_one_block_per_section():
+    blocks = numbers.blocks((REPO / "README.md").read_text(), "README.md")
+    assert sorted(blocks) == sorted(numbers.NAMES)
+
+
+def test_the_readme_quotes_the_committed_numbers():
+    """The README's blocks are figures/numbers.md's sections: refreshed by `make run`
+    (`moecache numbers --from figures/numbers.md --readme README.md`)."""
+    committed = REPO / "figures" / "numbers.md"
+    if not committed.exists():
+        pytest.skip(
+            "figures/numbers.md is not committed yet: the embedded `make run` writes it "
+            "and refreshes the README's blocks from it"
+        )
+    readme = numbers.blocks((REPO / "README.md").read_text(), "README.md")
+    assert readme == numbers.read_sections(committed), (
+        "README.md's measured numbers differ from figures/numbers.md: run "
+        "`moecache numbers --from figures/numbers.md --readme README.md`"
+    )
