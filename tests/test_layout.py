@@ -18,7 +18,16 @@ def test_one_folder_per_rule_file():
     for stage in STAGES:
         assert (package / stage / "__init__.py").is_file()
     loose = {path.stem for path in package.glob("*.py")}
-    assert loose == {"__init__", "__main__", "atomic", "cli", "config", "errors", "provenance"}
+    assert loose == {
+        "__init__",
+        "__main__",
+        "atomic",
+        "cli",
+        "config",
+        "errors",
+        "intervals",
+        "provenance",
+    }
 
 
 def test_replay_runs_without_torch():

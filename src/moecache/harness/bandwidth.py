@@ -26,11 +26,13 @@ MAX_SAMPLES = 20  # per round, for the fastest multiplier
 
 
 def measure(
-    layers, device: str, multipliers, ring_mib: int, rounds: int = 15, slots: int | None = None
+    layers, device: str, multipliers, ring_mib: int, rounds: int = 15, capacity: int = 8
 ) -> dict:
     """`layers`: the experts modules of the restricted layers (OlmoeExperts or alike);
-    `slots`: the slots a run uses in all, the size of the link's device ring."""
-    hosts = [HostExperts(experts, max(GROUP_SIZES), device) for experts in layers]
+    `capacity`: a run's slots per layer (its slots in all size the link's device ring, so
+    a repeat's destination is as warm as a real copy's)."""
+    capacity = max(capacity, max(GROUP_SIZES))
+    hosts = [HostExperts(experts, capacity, device) for experts in layers]
     host = hosts[0]
     link = SlowLink(
         host.gate_up_host[0],
@@ -38,9 +40,9 @@ def measure(
         device,
         ring_mib,
         host.pinned,
-        slots or max(GROUP_SIZES) * len(hosts),
+        capacity * len(hosts),
     )
-    report = measure_pools(hosts, link, multipliers, max(GROUP_SIZES), rounds)
+    report = measure_pools(hosts, link, multipliers, capacity, rounds)
     large = large_copy_seconds(host, device)
     report["large_copy_ms"] = 1e3 * large
     report["large_gib_per_s"] = host.expert_bytes * host.num_experts / 2**30 / large

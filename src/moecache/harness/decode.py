@@ -24,7 +24,8 @@ from moecache.errors import MoecacheError
 from moecache.harness.link import SlowLink
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.pooled_block import PooledMoeBlock
-from moecache.harness.timing import Stopwatch, bootstrap_ratio
+from moecache.harness.timing import Stopwatch
+from moecache.intervals import bootstrap_ratio
 
 
 @dataclass
@@ -125,14 +126,17 @@ def next_token_nll_sum(logits: torch.Tensor, x: torch.Tensor) -> float:
 
 
 @torch.inference_mode()
-def batched_nll(model, sequences, device) -> float:
-    """The independent check: each whole sequence in one forward pass."""
-    total, scored = 0.0, 0
+def batched_nll_sums(model, sequences, device) -> list[float]:
+    """The independent check: each whole sequence in one forward pass, its summed NLL."""
+    sums = []
     for ids in sequences:
         x = torch.tensor([ids], device=device)
-        total += next_token_nll_sum(model(input_ids=x).logits, x)
-        scored += len(ids) - 1
-    return total / scored
+        sums.append(next_token_nll_sum(model(input_ids=x).logits, x))
+    return sums
+
+
+def batched_nll(model, sequences, device) -> float:
+    return sum(batched_nll_sums(model, sequences, device)) / sum(len(s) - 1 for s in sequences)
 
 
 @torch.inference_mode()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from moecache.errors import MoecacheError
 from moecache.harness import decode
-from moecache.harness.timing import bootstrap_ratio
+from moecache.intervals import bootstrap_ratio
 
 POOL_TOLERANCE = 5e-3
 BATCHED_TOLERANCE = 4e-4

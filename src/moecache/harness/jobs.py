@@ -50,7 +50,7 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
     device = harness["device"]
     layer = model.model.layers[harness["restricted_layers"][0]]
     copy = bandwidth.measure(
-        [layer.mlp.experts], device, [1], ring_mib(harness), slots=harness["capacity"]
+        [layer.mlp.experts], device, [1], ring_mib(harness), capacity=harness["capacity"]
     )
     token_s = profile.token_seconds(model, sequences[: harness.get("gate_sequences")], device)
     report = {
@@ -111,7 +111,10 @@ def run_decode(
             )
         specs[f"{name}-x{m}"], factories[f"{name}-x{m}"] = (name, spec, capacity, m, reads), make
     model, sequences = load(settings, model_source, sequences_path)
-    base = json.loads(Path(gates_path).read_text())
+    json.loads(Path(gates_path).read_text())  # the shard's gates passed (the rule's input)
+    # Delta NLL against the unmodified model on the sequences each run decoded (the gates
+    # showed the batched NLL equal to the teacher-forced one).
+    base_sums = decode.batched_nll_sums(model, sequences, harness["device"])
     most = max(capacity for _, _, capacity, _, _ in specs.values())
     layers = harness["restricted_layers"]
     slots = harness["capacity"] * len(layers)
@@ -142,7 +145,9 @@ def run_decode(
     for label, (name, spec, capacity, m, reads) in specs.items():
         result = results[label]
         totals = result["totals"]
-        totals["delta_nll"] = totals["nll"] - base["base"]["nll"]
+        decoded = [row["sequence"] for row in result["sequences"]]
+        base_nll = sum(base_sums[i] for i in decoded) / sum(len(sequences[i]) - 1 for i in decoded)
+        totals["delta_nll"] = totals["nll"] - base_nll
         report = {
             "run": name,
             "policy": spec["policy"],
@@ -151,7 +156,7 @@ def run_decode(
             "multiplier": m,
             "shard": shard,
             "restricted_layers": harness["restricted_layers"],
-            "base_nll": base["base"]["nll"],
+            "base_nll": base_nll,
             "gates": str(gates_path),
             "trace_in": reads,
             "interleaved_with": sorted(set(specs) - {label}),
@@ -229,8 +234,7 @@ def run_bandwidth(settings, model_source, out) -> dict:
     multipliers = sorted(
         {1, *(m for spec in harness["runs"].values() for m in spec.get("multipliers", [1]))}
     )
-    slots = harness["capacity"] * len(experts)
     report = bandwidth.measure(
-        experts, harness["device"], multipliers, ring_mib(harness), slots=slots
+        experts, harness["device"], multipliers, ring_mib(harness), capacity=harness["capacity"]
     )
     return provenance.write_results(out, report, settings, harness["device"])

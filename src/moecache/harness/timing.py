@@ -1,13 +1,10 @@
-"""Real timers (CUDA events on a GPU, the monotonic clock on a CPU) and intervals."""
+"""Real timers: CUDA events on a GPU, the monotonic clock on a CPU."""
 
 from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
-
-BOOTSTRAP_RESAMPLES = 2000
 
 
 class Stopwatch:
@@ -47,14 +44,3 @@ class Lap:
             self.end.synchronize()
             self.seconds_ = self.start.elapsed_time(self.end) / 1e3
         return self.seconds_
-
-
-def bootstrap_ratio(numerators, denominators, seed: int, level: float = 0.95):
-    """Percentile bootstrap interval of sum(numerators) / sum(denominators), resampling the
-    pairs (one pair a sequence): the spread of a per-token rate over the sequences."""
-    num, den = np.asarray(numerators, float), np.asarray(denominators, float)
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(num), size=(BOOTSTRAP_RESAMPLES, len(num)))
-    ratios = num[picks].sum(axis=1) / den[picks].sum(axis=1)
-    tail = (1 - level) / 2
-    return [float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))]

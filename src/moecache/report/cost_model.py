@@ -28,8 +28,8 @@ import numpy as np
 
 from moecache.atomic import read_json
 from moecache.errors import MoecacheError
+from moecache.intervals import bootstrap_ratio, paired_difference
 
-BOOTSTRAP_RESAMPLES = 2000  # as the harness's intervals (harness/timing.py)
 WITHIN = 0.05  # "within 5%": |predicted / measured - 1| <= WITHIN
 
 # The totals and per-sequence keys the cost model reads from a decode run.
@@ -122,34 +122,6 @@ class MeasuredRun:
         if not self.sequences:
             return None
         return bootstrap_ratio(self.sequence_numerators(tau_ms), self.seq_tokens, seed, level)
-
-
-def bootstrap_ratio(numerators, denominators, seed: int, level: float = 0.95):
-    """Percentile bootstrap interval of sum(numerators) / sum(denominators), resampling the
-    pairs (one a sequence); as harness/timing.py's, without importing torch."""
-    num, den = np.asarray(numerators, float), np.asarray(denominators, float)
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(num), size=(BOOTSTRAP_RESAMPLES, len(num)))
-    ratios = num[picks].sum(axis=1) / den[picks].sum(axis=1)
-    tail = (1 - level) / 2
-    return [float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))]
-
-
-def paired_difference(num_a, den_a, num_b, den_b, seed: int = 0, level: float = 0.95):
-    """sum(num_a)/sum(den_a) - sum(num_b)/sum(den_b) and its percentile bootstrap interval,
-    resampling the same sequences for both (row i of a and of b: one sequence)."""
-    num_a, den_a = np.asarray(num_a, float), np.asarray(den_a, float)
-    num_b, den_b = np.asarray(num_b, float), np.asarray(den_b, float)
-    if not (len(num_a) == len(den_a) == len(num_b) == len(den_b)) or not len(num_a):
-        raise MoecacheError("a paired difference needs the same sequences on both sides")
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(num_a), size=(BOOTSTRAP_RESAMPLES, len(num_a)))
-    diffs = num_a[picks].sum(axis=1) / den_a[picks].sum(axis=1) - num_b[picks].sum(axis=1) / den_b[
-        picks
-    ].sum(axis=1)
-    tail = (1 - level) / 2
-    point = float(num_a.sum() / den_a.sum() - num_b.sum() / den_b.sum())
-    return point, [float(np.quantile(diffs, tail)), float(np.quantile(diffs, 1 - tail))]
 
 
 def compare(a: MeasuredRun, b: MeasuredRun, tau_ms: float, seed: int = 0) -> dict | None:
