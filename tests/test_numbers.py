@@ -186,7 +186,7 @@ def test_sections_render_the_numbers_in_the_files(workdir):
     runs = sections["runs"]
     assert "| static | static |" in runs and "0.0024" in runs
     assert "110.0-130.0" in runs and "lru-x10" not in runs and "| 1.0 |" not in runs
-    assert "LRU's copies take 1.25% of its step at 1x." in runs
+    assert "LRU's copies take 1.25% of its step at 1x (copy time over step time)." in runs
     cost = sections["cost_model"]
     assert "| multiplier | run | predicted_ms | measured_ms | predicted_winner |" in cost
     assert "| 10 | static | 8.021 | 7.907 | True |" in cost
