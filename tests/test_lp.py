@@ -260,3 +260,24 @@ def test_bound_report_has_the_lp_beside_the_bounds():
     assert t["greedy_optimal"] and t["greedy_minus_b_star"] == 0 and t["greedy_gap"] == 0.0
     assert t["integral"] and t["certified"] and report["mixed_precision"] is None
     assert [s["b_star"] for s in report["streams"]] == bound.exact(demand, 9).tolist()
+
+
+def test_greedy_scan_takes_the_farthest_future_policys_victims():
+    """At mixed copy costs the scan's cost is that of the FarthestFuture policy's own
+    copies: the same victims, ties of last use included (request order within a token)."""
+    from moecache import policies
+
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        n, k = int(rng.integers(5, 9)), int(rng.integers(2, 4))
+        c = int(rng.integers(k, n))
+        stream = [rng.choice(n, k, replace=False).tolist() for _ in range(int(rng.integers(6, 20)))]
+        costs = rng.choice([0.5, 1.0], n)
+        policy = policies.make("farthest-future", c, n, k, {})
+        policy.reset(stream)
+        resident, paid = set(), 0.0
+        for t, request in enumerate(stream):
+            plan = policy.plan(t, request, np.zeros(n, np.float32), frozenset(resident))
+            resident = (resident - set(plan.evict)) | set(plan.admit)
+            paid += costs[plan.admit].sum()
+        assert lp.greedy_stream(np.array(stream), n, c, costs).cost == pytest.approx(paid)

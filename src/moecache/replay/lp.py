@@ -317,8 +317,9 @@ def greedy_stream(
     At each token the gaps still bridged that span it must fit in C - |S_t|; while they do
     not, one is dropped (its expert is evicted there and copied back at its next use).
     `farthest-future` drops the one whose next use is farthest (ties: the least recently
-    used, then the lower id), exactly the project's FarthestFuture policy; `cheapest`
-    drops the one cheapest to reload (ties as farthest-future), a cost-aware variant.
+    used; of experts last used by one token, the one it requested first), exactly the
+    project's FarthestFuture policy; `cheapest` drops the one cheapest to reload (ties as
+    farthest-future), a cost-aware variant.
     """
     if rule not in RULES:
         raise MoecacheError(f"lp: unknown greedy rule {rule!r} (known: {', '.join(RULES)})")
@@ -333,7 +334,9 @@ def greedy_stream(
         opening[a + 1].append(i)
     closing = np.zeros(g.tokens + 1, dtype=np.int64)  # bridged gaps ending at t, still held
     kept = np.ones(len(weight), dtype=bool)
-    ends, begins, experts, ws = (x.tolist() for x in (g.end, g.start, g.expert, weight))
+    ends, begins, ws = (x.tolist() for x in (g.end, g.start, weight))
+    # Where each gap's expert stands in the request that opens it: the order of recency.
+    places = (stream[g.start] == g.expert[:, None]).argmax(axis=1).tolist()
     heap: list[tuple] = []
     active, dropped_cost, dropped = 0, 0.0, 0
     for t in range(g.tokens):
@@ -341,7 +344,7 @@ def greedy_stream(
         for i in opening[t]:
             active += 1
             closing[ends[i]] += 1
-            key = (-ends[i], begins[i], experts[i], i)
+            key = (-ends[i], begins[i], places[i], i)
             heapq.heappush(heap, key if rule == "farthest-future" else (ws[i], *key))
         while active > room[t]:
             i = heapq.heappop(heap)[-1]
