@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from conftest import moecache
 
+from moecache.harness import decode
 from moecache.report import cost_model, tables
 
 TAU1, TAU10 = 0.5, 5.0  # ms per copy at 1x and through the link 10x slower
@@ -44,37 +45,7 @@ def run_report(run, policy, c, n, tau, multiplier=1, rho=None, noise=0.0, seed=0
                 "nll": 5.0,
             }
         )
-    timed = SEQUENCES * TOKENS
-    steps = sum(r["step_seconds"] for r in rows)
-    copy_s = sum(r["copy_seconds"] for r in rows)
-    tokens = [r["timed_tokens"] for r in rows]
-    step_ci = cost_model.bootstrap_ratio([1e3 * r["step_seconds"] for r in rows], tokens, 0)
-    compute_ci = cost_model.bootstrap_ratio(
-        [1e3 * (r["step_seconds"] - r["copy_seconds"]) for r in rows], tokens, 0
-    )
-    totals = {
-        "nll": 5.0,
-        "delta_nll": delta_nll,
-        "scored_tokens": timed,
-        "timed_tokens": timed,
-        "tokens_per_second": timed / steps,
-        "tokens_per_second_ci": [1e3 / step_ci[1], 1e3 / step_ci[0]],
-        "fills": sum(r["fills"] for r in rows),
-        "steady_copies": sum(r["steady"] for r in rows),
-        "rho": rho,
-        "timed_copies": n * timed,
-        "copies_per_token": n,
-        "copy_groups": n * timed / 2,
-        "groups_per_token": n / 2,
-        "tau_ms": tau if n else None,
-        "copy_ms": 1e3 * copy_s / timed,
-        "copy_share": copy_s / steps,
-        "compute_ms": 1e3 * (steps - copy_s) / timed,
-        "compute_ms_ci": compute_ci,
-        "step_ms": 1e3 * steps / timed,
-        "step_ms_ci": step_ci,
-        "repeats": 1,
-    }
+    totals = {**decode.totals(rows), "delta_nll": delta_nll}  # as the harness totals them
     return {
         "run": run,
         "policy": policy,
