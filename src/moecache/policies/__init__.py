@@ -17,6 +17,7 @@ from moecache.policies.decayed_frequency import DecayedFrequency
 from moecache.policies.dwell import Dwell, Static
 from moecache.policies.farthest_future import FarthestFuture
 from moecache.policies.fifo import FIFO
+from moecache.policies.learned import Learned
 from moecache.policies.lfu import LFU
 from moecache.policies.lirs import LIRS
 from moecache.policies.lru import LRU
@@ -37,6 +38,7 @@ POLICIES: dict[str, type[Policy]] = {
         MeanInterval,
         RouterLogit,
         FarthestFuture,
+        Learned,
         Dwell,
         Static,
         # The zoo: classic per-request rules run per token (one file each, EventPolicy).

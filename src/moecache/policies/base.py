@@ -37,6 +37,7 @@ class Policy:
     restricts: bool = False  # True: the router may choose only among resident experts
     needs_future: bool = False  # True: reset() must be given the recorded demand
     needs_probs: bool = False  # True: decides from the router's probabilities
+    by_default: bool = True  # False: replayed only when named (it needs a trained file)
 
     def __init__(self, capacity: int, num_experts: int, top_k: int):
         if not 0 < top_k <= capacity <= num_experts:

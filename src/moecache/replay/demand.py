@@ -61,6 +61,21 @@ class Demand:
             )
 
 
+def subset(demand: Demand, streams) -> Demand:
+    """The streams at indices `streams` of `demand`, in that order."""
+    picked = np.asarray(streams, dtype=np.int64)
+    steps = int(demand.lengths[picked].max(initial=0))
+    return Demand(
+        [demand.streams[s] for s in picked],
+        [demand.sequences[s] for s in picked],
+        demand.requests[picked, :steps],
+        demand.lengths[picked],
+        demand.num_experts,
+        None if demand.probs is None else demand.probs[picked, :steps],
+        demand.origin,
+    )
+
+
 def padded(tokens: list[np.ndarray], top_k: int) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.array([len(t) for t in tokens], dtype=np.int64)
     requests = np.full((len(tokens), lengths.max(initial=0), top_k), PAD, dtype=np.int64)

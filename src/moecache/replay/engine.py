@@ -37,12 +37,14 @@ class Counts:
 
 
 def lossless_rules(demand: Demand | None = None) -> list[str]:
-    """Every eviction rule in the registry (learned scorers join by registering); given a
-    demand, those it can run (rules reading router probabilities need them recorded)."""
+    """Every eviction rule in the registry but those that need a trained file (learned
+    scorers run only when named); given a demand, those it can run (rules reading router
+    probabilities need them recorded)."""
     return [
         name
         for name, cls in policies.POLICIES.items()
         if issubclass(cls, EvictionPolicy)
+        and cls.by_default
         and (demand is None or demand.probs is not None or not cls.needs_probs)
     ]
 
