@@ -21,6 +21,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/harness.smk"
 include: "workflow/rules/replay.smk"
+include: "workflow/rules/learned.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -101,12 +101,19 @@ def test_rehearsal_runs_the_pretrained_path(rehearsal_run):
     # Nothing trained here: the checkpoint and its tokenizer are used as they are.
     assert not (rehearsal_run / "results/model").exists()
     assert not (rehearsal_run / "results/tokenizer").exists()
-    assert not (rehearsal_run / "results/corpus/train.parquet").exists()
     # Held-out text from the local dataset, tokenized by the checkpoint's own tokenizer:
     # no BOS token, so every document starts at the end-of-text token, as OLMoE's do.
     texts = [json.loads(line)["text"] for line in (rehearsal_run / "rehearsal/text.jsonl").open()]
     corpus = pd.read_parquet(rehearsal_run / "results/corpus/shard-a.parquet")
-    assert list(corpus["text"]) == texts[: config["corpus"]["heldout"]["sequences"]]
+    heldout_docs = config["corpus"]["heldout"]["sequences"]
+    assert list(corpus["text"]) == texts[:heldout_docs]
+    # The training part: just the learned eviction rules' trace documents, after the shards.
+    train = pd.read_parquet(rehearsal_run / "results/corpus/train.parquet")
+    end = max(config["corpus"]["heldout"]["shards"].values()) + heldout_docs
+    assert list(train["text"]) == texts[end : end + config["corpus"]["trace_sequences"]]
+    evaluation = json.loads((rehearsal_run / "results/learned/evaluation.json").read_text())
+    loop = evaluation["shards"]["a"]["closed_loop"]["router/linear"]
+    assert loop["matches_replay"] is True
     heldout = pd.read_parquet(rehearsal_run / "results/heldout/a.parquet")
     tok = json.loads((rehearsal_run / config["model"]["source"] / "tokenizer.json").read_text())
     eos = next(t["id"] for t in tok["added_tokens"] if t["content"] == rehearsal.EOS)

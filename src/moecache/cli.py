@@ -319,6 +319,100 @@ def cmd_choose(args):
     emit(args, report, lines, [*args.runs, *([args.bandwidth] if args.bandwidth else [])])
 
 
+def cmd_learned_trace(args):
+    from moecache.learned import stage
+
+    settings = load_settings(args, ("corpus", "model", "harness"))
+    done = stage.record_trace(settings, args.model, args.tokenizer, args.text, args.out)
+    print(f"training trace: {done['sequences']} sequences, {done['tokens']} tokens")
+
+
+def cmd_learned_labels(args):
+    from moecache.learned import labels
+
+    demand, source = read_demand(args)
+    events = labels.oracle_events(demand, args.capacity)
+    labels.write(events, args.out)
+    print(f"{source}: {len(events)} evictions of farthest-future labelled")
+
+
+def cmd_learned_fit(args):
+    from moecache.harness import trace
+    from moecache.learned import labels, stage
+
+    settings = load_settings(args, ("model", "harness", "replay", "learned"))
+    demand = trace.read_demand(args.trace, settings["model"]["architecture"]["num_experts"])
+    summary = stage.fit_scorer(
+        settings, args.group, args.kind, demand, labels.read(args.labels), args.out
+    )
+    print(
+        f"{args.group}/{args.kind}: validation loss {summary['initial_validation_loss']:.4f} -> "
+        f"{summary['validation_loss']:.4f} (step {summary['selected_step']} of "
+        f"{summary['steps']}, {len(summary['rounds'])} rounds), {summary['seconds']:.1f} s"
+    )
+
+
+def cmd_learned_closed_loop(args):
+    from moecache.learned import stage
+
+    settings = load_settings(args, ("model", "harness", "learned"))
+    runs = stage.closed_loop(
+        settings, args.model, args.sequences, args.shard, args.gates, args.out_dir
+    )
+    for label, t in runs.items():
+        print(
+            f"{label}: {t['fills'] + t['steady_copies']} copies, {t['tokens_per_second']:.1f} tok/s"
+        )
+
+
+def named_files(values: list[str], flag: str) -> dict[str, Path]:
+    """shard=path pairs."""
+    out = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep:
+            raise MoecacheError(f"{flag} {value!r}: give shard=path")
+        out[name] = Path(path)
+    return out
+
+
+def cmd_learned_evaluate(args):
+    from moecache.learned import stage
+
+    settings = load_settings(args, ("model", "harness", "replay", "learned"))
+    traces = named_files(args.trace, "--trace")
+    curves = named_files(args.foresight, "--foresight")
+    if set(curves) != set(traces):
+        raise MoecacheError("--foresight: give one curve for every shard of --trace")
+    # Closed-loop results: files, or the folders a closed-loop job wrote them to.
+    closed = [
+        f for p in args.closed_loop for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])
+    ]
+    report = stage.evaluate(settings, traces, args.scorers, curves, closed)
+    lines = []
+    for shard, result in report["shards"].items():
+        for name, row in result["replay"]["heldout"].items():
+            everything = result["replay"]["all"][name]["gap_recovered"]
+            lines.append(
+                f"{shard} {name:28s} held out {percent(row['gap_recovered']):>7s}, "
+                f"all {percent(everything):>7s}"
+            )
+        for name, loop in result["closed_loop"].items():
+            lines.append(
+                f"{shard} {name:28s} closed loop held out "
+                f"{percent(loop['heldout']['gap_recovered'])}, equals replay "
+                f"{loop['matches_replay']}, delta NLL {loop['delta_nll']:+.2e}"
+            )
+    sources = [*traces.values(), *args.scorers, *curves.values(), *closed]
+    emit(args, report, lines, sources, provenance_of(settings))
+
+
+def provenance_of(settings):
+    from moecache import provenance
+
+    return provenance.stamp(settings, settings["harness"]["device"])
+
+
 def built(builders: dict, args):
     """A table or figure from its builder, given the flags its parameters name."""
     import inspect
@@ -511,6 +605,34 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-loss", type=float, required=True, help="largest Delta NLL allowed")
     p.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap")
 
+    p = with_settings(
+        command("learned-trace", cmd_learned_trace, "record the routing of training sequences")
+    )
+    on_model(p, "--text", "--out")
+    p.add_argument("--tokenizer", required=True, help="a tokenizer folder or hub id")
+    p = on_demand(
+        command("learned-labels", cmd_learned_labels, "farthest-future's evictions, as labels")
+    )
+    p = with_settings(command("learned-fit", cmd_learned_fit, "train one eviction scorer"))
+    p.add_argument("--group", required=True, help="router, trace-past-use or past-use-<shard>")
+    p.add_argument("--kind", required=True, help="linear, mlp, gru or mlp-permuted")
+    for flag in ("--trace", "--labels", "--out"):
+        p.add_argument(flag, required=True, type=Path)
+    p = with_settings(
+        command("learned-closed-loop", cmd_learned_closed_loop, "decode with learned scorers")
+    )
+    on_model(p, "--sequences", "--gates", "--out-dir")
+    p.add_argument("--shard", required=True)
+    p = results(
+        with_settings(
+            command("learned-evaluate", cmd_learned_evaluate, "scorers' share of the gap")
+        )
+    )
+    p.add_argument("--trace", nargs="+", required=True, help="shard=trace of each shard")
+    p.add_argument("--foresight", nargs="+", required=True, help="shard=foresight results")
+    p.add_argument("--scorers", nargs="+", required=True, type=Path, help="scorer files")
+    p.add_argument("--closed-loop", nargs="*", default=[], type=Path, help="closed-loop runs")
+
     def paper_inputs(p):
         p.add_argument("name", help="table1, table2, ... or fig1, fig2")
         p.add_argument("--out-dir", type=Path, default=Path("figures"))
@@ -524,6 +646,7 @@ def parser() -> argparse.ArgumentParser:
             ("sweep", "moecache optimum-sweep results"),
             ("replication", "decode results at 1x, second shard"),
             ("gpu_check", "GPU check results (their bandwidth rows: more devices)"),
+            ("learned", "moecache learned-evaluate results"),
         ):
             flag = "--" + role.replace("_", "-")
             p.add_argument(flag, nargs="*", type=Path, default=[], help=what)

@@ -89,6 +89,7 @@ def check(config: dict) -> None:
         )
     check_runs(config)
     check_replay(config)
+    check_learned(config)
     heldout = config["corpus"]["heldout"]
     if heldout["max_tokens"] > arch["max_position_embeddings"]:
         raise ConfigError(
@@ -222,3 +223,32 @@ def load(path: str | Path) -> dict:
     if not isinstance(config, dict):
         raise ConfigError(f"config file {path}: must be a mapping of keys")
     return validate(config)
+
+
+def check_learned(config: dict) -> None:
+    """Enough sequences to fit and validate on, and closed-loop scorers the stage trains."""
+    learned = config.get("learned")
+    if learned is None:
+        return
+    where = "config key learned"
+    corpus = config["corpus"]
+    if "trace_sequences" not in corpus:
+        raise ConfigError("config key corpus.trace_sequences: required by section learned")
+    fit = corpus["heldout"]["sequences"] - config["replay"]["heldout_sequences"]
+    validation = learned["validation_sequences"]
+    if validation["shard"] >= fit:
+        raise ConfigError(
+            f"{where}.validation_sequences.shard: {validation['shard']} leaves none of a "
+            f"shard's {fit} training sequences to fit on"
+        )
+    if validation["trace"] >= corpus["trace_sequences"]:
+        raise ConfigError(
+            f"{where}.validation_sequences.trace: {validation['trace']} leaves none of the "
+            f"{corpus['trace_sequences']} trace sequences to fit on"
+        )
+    for name in learned["closed_loop"]:
+        group, kind = name.split("/")
+        if kind not in learned["kinds"]:
+            raise ConfigError(f"{where}.closed_loop: {name}: {kind} is not in learned.kinds")
+        if group.startswith("past-use-") and group[9:] not in corpus["heldout"]["shards"]:
+            raise ConfigError(f"{where}.closed_loop: {name}: no held-out shard {group[9:]!r}")

@@ -38,7 +38,9 @@ def settings(*sections):
 
 
 def corpus_outputs():
-    parts = [f"shard-{shard}" for shard in SHARDS] + (["train"] if EMBEDDED else [])
+    # A pretrained model's corpus has a training part only for the learned eviction trace.
+    trained = EMBEDDED or "trace_sequences" in config["corpus"]
+    parts = [f"shard-{shard}" for shard in SHARDS] + (["train"] if trained else [])
     return [f"results/corpus/{part}.parquet" for part in parts]
 
 
@@ -133,6 +135,11 @@ def replay_outputs():
     ]
 
 
+def learned_evaluation():
+    """The learned scorers' evaluation, when the config has a learned section."""
+    return ["results/learned/evaluation.json"] if "learned" in config else []
+
+
 def final_outputs():
     return [
         *built("results/model"),
@@ -142,5 +149,54 @@ def final_outputs():
         f"results/probe/{SHARDS[0]}.json",
         *decode_outputs(),
         *replay_outputs(),
+        *learned_evaluation(),
         *PAPER_OUTPUTS,
     ]
+
+
+# Learned eviction (workflow/rules/learned.smk).
+LEARNED = config.get("learned") or {"kinds": [], "closed_loop": []}
+LEARNED_GROUPS = ["router", "trace-past-use", *[f"past-use-{s}" for s in TRACE_SHARDS]]
+
+
+def learned_scorers():
+    kinds = [
+        *LEARNED["kinds"],
+        *(["mlp-permuted"] if "mlp" in LEARNED["kinds"] else []),
+    ]
+    return expand(
+        "results/learned/scorers/{group}/{kind}.safetensors",
+        group=LEARNED_GROUPS,
+        kind=kinds,
+    )
+
+
+def routing_of(source):
+    """The training trace, or a held-out shard's trace."""
+    if source == "training-trace":
+        return "results/learned/training-trace.parquet"
+    return TRACE.format(shard=source)
+
+
+def closed_loop_names(shard):
+    """Closed-loop scorers that apply to `shard`: a past-use scorer only to its own."""
+    mine = ("router", "trace-past-use", f"past-use-{shard}")
+    return [name for name in LEARNED["closed_loop"] if name.split("/")[0] in mine]
+
+
+def closed_loop_dirs():
+    return [
+        f"results/learned/closed-loop/{shard}"
+        for shard in TRACE_SHARDS
+        if closed_loop_names(shard)
+    ]
+
+
+def fitted_on(wildcards):
+    source = wildcards.group.removeprefix("past-use-")
+    if wildcards.group in ("router", "trace-past-use"):
+        source = "training-trace"
+    return {
+        "trace": routing_of(source),
+        "labels": f"results/learned/labels/{source}.parquet",
+    }

@@ -72,6 +72,7 @@ rule table:
 rule table_eviction:
     input:
         replay=expand("results/replay/{shard}/replay.json", shard=TRACE_SHARDS),
+        learned=learned_evaluation(),
     output:
         report(
             "figures/table_eviction.csv",
@@ -87,7 +88,8 @@ rule table_eviction:
     conda:
         CONDA_ENV
     shell:
-        "moecache table table_eviction --replay {input.replay} --out-dir figures > {log} 2>&1"
+        "moecache table table_eviction --replay {input.replay} --learned {input.learned}"
+        " --out-dir figures > {log} 2>&1"
 
 
 rule table_bounds:
@@ -165,6 +167,7 @@ rule fig1:
 rule fig2:
     input:
         foresight=f"results/replay/{TRACE_SHARDS[0]}/foresight.json",
+        learned=learned_evaluation(),
     output:
         "figures/fig2.pdf",
         report("figures/fig2.png", caption="../report/fig2.rst", category="Figures"),
@@ -176,7 +179,8 @@ rule fig2:
     conda:
         CONDA_ENV
     shell:
-        "moecache figure fig2 --foresight {input.foresight} --out-dir figures > {log} 2>&1"
+        "moecache figure fig2 --foresight {input.foresight} --learned {input.learned}"
+        " --out-dir figures > {log} 2>&1"
 
 
 rule numbers:

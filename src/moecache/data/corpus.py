@@ -102,9 +102,13 @@ def split(docs: list[dict], heldout: dict, seed: int | None) -> dict[str, list[d
 def build(corpus: dict, seed: int) -> dict[str, list[dict]]:
     heldout = corpus["heldout"]
     if corpus["source"] == "hub":
-        needed = max(heldout["shards"].values()) + heldout["sequences"]
+        # A pretrained model is not trained here: the training part holds just the
+        # documents whose routing trains the learned eviction rules, read after the shards.
+        traced = corpus.get("trace_sequences", 0)
+        needed = max(heldout["shards"].values()) + heldout["sequences"] + traced
         parts = split(hub_docs(corpus["hub"], corpus["min_chars"], needed), heldout, None)
-        del parts["train"]  # a pretrained model is not trained here
+        if not traced:
+            del parts["train"]
         return parts
     docs = [d for d in python_docs() if len(d["text"]) >= corpus["min_chars"]]
     parts = split(docs, heldout, seed)

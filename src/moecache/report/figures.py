@@ -118,9 +118,10 @@ def fig1(runs, scaled, bandwidth):
     return fig, [*runs, *scaled, *bandwidth]
 
 
-def fig2(foresight):
+def fig2(foresight, learned):
     """Share of the LRU-to-oracle gap against foresight k, on the first of the `foresight`
-    results given; causal rules as reference lines."""
+    results given; causal rules, and the learned scorers of the first `learned` evaluation
+    on the same shard, as reference lines."""
     curve = read(foresight[0])
     # Wide, with the legend beside the axes: a dozen causal reference lines must not hide
     # the curves.
@@ -145,9 +146,17 @@ def fig2(foresight):
         if curve["subsets"]["heldout"]["streams"]
         else (curve["subsets"]["all"])
     )
+    shares = dict(reference["causal"])
+    if learned:
+        # The shard of the curve: its folder, results/replay/<shard>/foresight.json.
+        scored = read(learned[0])["shards"].get(Path(foresight[0]).parent.name)
+        subset = "heldout" if curve["subsets"]["heldout"]["streams"] else "all"
+        for name, row in (scored["replay"][subset] if scored else {}).items():
+            if "/" in name:  # a learned scorer (group/kind)
+                shares[f"learned {name}"] = row["gap_recovered"]
     # Best causal rule first, so the legend reads top to bottom like the lines.
     causal = sorted(
-        ((rule, share) for rule, share in reference["causal"].items() if share is not None),
+        ((rule, share) for rule, share in shares.items() if share is not None),
         key=lambda item: -item[1],
     )
     colors = plt.get_cmap("tab20").colors
@@ -168,7 +177,7 @@ def fig2(foresight):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
-    return fig, [foresight[0]]
+    return fig, [foresight[0], *learned[:1]]
 
 
 def write(name: str, fig, sources, out_dir) -> None:

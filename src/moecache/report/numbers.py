@@ -573,6 +573,78 @@ def benchmark_table(b: dict) -> str:
     )
 
 
+def learned_section(workdir: Path) -> str:
+    """Each scorer's share of the LRU-to-oracle gap per shard (held-out sequences, all),
+    in replay and closed loop, beside decayed frequency; then the best on held-out."""
+    path = workdir / "results/learned/evaluation.json"
+    if not path.exists():
+        return "No learned scorers in this run (the config has no `learned` section)."
+    evaluation = read(path)
+    shards = list(evaluation["shards"])
+    names = list(
+        dict.fromkeys(
+            n
+            for r in evaluation["shards"].values()
+            for n in r["replay"]["heldout"]
+            if n not in ("lru", "oracle")
+        )
+    )
+    rows = []
+    for name in names:
+        trained = evaluation["training"].get(name, {})
+        cells = [name, trained.get("feature_set", "hand-built")]
+        for shard in shards:
+            result = evaluation["shards"][shard]
+            replay = result["replay"]
+            if name not in replay["heldout"]:
+                cells += ["", ""]
+                continue
+            loop = result["closed_loop"].get(name)
+            closed = (
+                f" (closed loop {percent(loop['heldout']['gap_recovered'])}, "
+                f"equal {yes(loop['matches_replay'])})"
+                if loop
+                else ""
+            )
+            k = replay["heldout"][name]["foresight_equivalent"]
+            cells += [
+                f"{percent(replay['heldout'][name]['gap_recovered'])}{closed}",
+                f"{percent(replay['all'][name]['gap_recovered'])}",
+            ]
+            cells[-2] += "" if k is None else f", k≈{fixed(k, 1)}"
+        rows.append(cells)
+    header = ["rule", "features"] + [
+        f"shard {s}, {subset}" for s in shards for subset in ("held out", "all")
+    ]
+    learned = [n for n in names if "/" in n and not n.endswith("-permuted")]
+    worst = {
+        n: min(
+            evaluation["shards"][s]["replay"]["heldout"][n]["gap_recovered"]
+            for s in shards
+            if n in evaluation["shards"][s]["replay"]["heldout"]
+        )
+        for n in learned
+    }
+    both = [
+        n for n in learned if all(n in evaluation["shards"][s]["replay"]["heldout"] for s in shards)
+    ]
+    best = max(both or learned, key=lambda n: worst[n], default=None)
+    summary = (
+        f"Best learned scorer on the held-out sequences of every shard: {best} "
+        f"({evaluation['training'][best]['feature_set']} features), at least "
+        f"{percent(worst[best])} of the gap on each; decayed frequency "
+        + ", ".join(
+            f"{percent(evaluation['shards'][s]['replay']['heldout']['decayed-frequency']['gap_recovered'])}"
+            f" on {s}"
+            for s in shards
+        )
+        + "."
+        if best
+        else ""
+    )
+    return "\n\n".join([table(header, rows), summary])
+
+
 # (family, test on the benchmark's path under benchmarks/), first match wins.
 FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     (
@@ -587,6 +659,7 @@ FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     ("optimum sweep", lambda p: p == "replay/optimum-sweep.tsv"),
     ("replay benchmark", lambda p: p == "replay/benchmark.tsv"),
     ("replay, bounds, foresight", lambda p: p.startswith("replay/")),
+    ("learned eviction", lambda p: p.startswith("learned/")),
     ("tables and figures", lambda p: p.startswith("figures/")),
     ("other", lambda p: True),
 ]
@@ -636,6 +709,7 @@ def build(
         "runs": lambda: runs_section(workdir, shards[0], runs),
         "cost_model": lambda: cost_model_section(workdir),
         "replay": lambda: replay_section(workdir, shards),
+        "learned": lambda: learned_section(workdir),
         "runtime": lambda: runtime_section(workdir),
     }
     sections = {}

@@ -227,7 +227,7 @@ def table_controller() -> Table:
     )
 
 
-def table_eviction(replay) -> Table:
+def table_eviction(replay, learned) -> Table:
     rows = []
     for path in replay:
         r = read(path)
@@ -243,6 +243,19 @@ def table_eviction(replay) -> Table:
                     "gap_recovered": t["gap_recovered"],
                 }
             )
+    parts = {"": pd.DataFrame(rows)}
+    captions = {}
+    if learned:
+        parts["learned_scorers"] = learned_frame(read(learned[0]))
+        captions["learned_scorers"] = (
+            "Scorers trained to imitate farthest-future (learned.*), replayed on each shard's "
+            "trace and, where named in learned.closed_loop, decoding in the harness: share of "
+            "the LRU-to-oracle gap on the shard's held-out sequences and on all of them, the "
+            "tokens of foresight the held-out share is worth (foresight curve; blank below "
+            "k = 1), and the validation loss that selected each scorer. past-use-<shard> "
+            "scorers fit on that shard's first sequences; router and trace-past-use on the "
+            "training trace. mlp-permuted: the MLP on permuted labels (the control)."
+        )
     return Table(
         "table_eviction",
         "Appendix. Eviction rules replayed on the recorded demand",
@@ -250,10 +263,37 @@ def table_eviction(replay) -> Table:
         "oracle) replayed on the trace run's demand, per shard: steady transfers "
         "(after_fill, insertions beyond the first C of each stream; steady, the harness's "
         "split), steady copies per token, and the share of the gap between LRU and "
-        "farthest-future (full lookahead) each rule recovers. Learned scorers add rows here.",
-        {"": pd.DataFrame(rows)},
-        list(replay),
+        "farthest-future (full lookahead) each rule recovers.",
+        parts,
+        [*replay, *learned],
+        part_captions=captions,
     )
+
+
+def learned_frame(evaluation: dict) -> pd.DataFrame:
+    rows = []
+    for shard, result in evaluation["shards"].items():
+        heldout, everything = result["replay"]["heldout"], result["replay"]["all"]
+        for name in heldout:
+            if name in ("lru", "oracle"):
+                continue
+            trained = evaluation["training"].get(name, {})
+            loop = result["closed_loop"].get(name)
+            rows.append(
+                {
+                    "trace": shard,
+                    "rule": name,
+                    "features": trained.get("feature_set", "hand-built"),
+                    "gap_heldout": heldout[name]["gap_recovered"],
+                    "gap_all": everything[name]["gap_recovered"],
+                    "foresight_k": heldout[name]["foresight_equivalent"],
+                    "closed_loop_heldout": loop["heldout"]["gap_recovered"] if loop else None,
+                    "closed_loop_all": loop["all"]["gap_recovered"] if loop else None,
+                    "closed_equals_replay": loop["matches_replay"] if loop else None,
+                    "validation_loss": trained.get("validation_loss"),
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def table_bounds(bound, sweep) -> Table:

@@ -1,0 +1,283 @@
+"""The learned stage's jobs, one per rule: record the training trace, label a trace with
+the oracle's choices, fit one scorer, and evaluate every scorer in replay and closed loop.
+
+Groups of scorers: `past-use-<shard>` fits past-use features on the first sequences of a
+shard's trace and is evaluated on that shard; `router` (router and past-use features) and
+`trace-past-use` (past use alone, the ablation) fit on the training trace and are
+evaluated on every held-out shard. Held-out sequences are never fitted on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from moecache import provenance
+from moecache.errors import MoecacheError
+from moecache.learned import fit, scorer
+from moecache.replay import engine
+from moecache.replay.demand import Demand, subset
+
+TRACE_GROUPS = {"router": "router", "trace-past-use": "past-use"}
+CONTROL = "mlp-permuted"  # the MLP trained on permuted labels
+
+
+def feature_set(group: str) -> str:
+    if group in TRACE_GROUPS:
+        return TRACE_GROUPS[group]
+    if group.startswith("past-use-"):
+        return "past-use"
+    raise MoecacheError(
+        f"scorer group {group!r}: known groups are router, trace-past-use, past-use-<shard>"
+    )
+
+
+def record_trace(settings, model_source, tokenizer_source, text_path, out) -> dict:
+    """The routing of the first corpus.trace_sequences training documents, in the harness's
+    trace format (tokens cut as the held-out shards' are)."""
+    from moecache.data import corpus, tokenizer
+    from moecache.harness import jobs
+    from moecache.harness import trace as traces
+    from moecache.learned import trace
+
+    harness, wanted = settings["harness"], settings["corpus"]["trace_sequences"]
+    docs = corpus.read(text_path)
+    if len(docs) < wanted:
+        raise MoecacheError(
+            f"{text_path}: {len(docs)} training documents; corpus.trace_sequences needs {wanted}"
+        )
+    rows = corpus.sequences(
+        tokenizer.load(tokenizer_source), docs[:wanted], settings["corpus"]["heldout"]["max_tokens"]
+    )
+    torch.set_num_threads(harness["threads"])
+    model = jobs.load_model(settings, model_source, harness["device"])
+    sequences = [row["input_ids"] for row in rows]
+    recorded = trace.record(model, sequences, harness["restricted_layers"], harness["device"])
+    origin = {
+        "run": "training-trace",
+        "multiplier": 1,
+        "settings_hash": provenance.settings_hash(settings),
+        "device_name": provenance.device_name(harness["device"]),
+    }
+    traces.write(recorded, out, origin)
+    return {"sequences": len(sequences), "tokens": sum(map(len, sequences))}
+
+
+def split(demand: Demand, heldout: int, validation: int) -> tuple[list[int], list[int]]:
+    """Stream indices fitted on and validated on: of the sequences before the last
+    `heldout`, the last `validation` validate and the rest fit."""
+    order = list(dict.fromkeys(demand.sequences))
+    training = order[: len(order) - heldout]
+    fitted, validated = set(training[: len(training) - validation]), set(training[-validation:])
+    streams = range(len(demand.streams))
+    return (
+        [s for s in streams if demand.sequences[s] in fitted],
+        [s for s in streams if demand.sequences[s] in validated],
+    )
+
+
+def fit_scorer(settings, group, kind, demand: Demand, events, out) -> dict:
+    """Train one scorer of `group` (kind linear, mlp, gru, or the mlp-permuted control) and
+    save it in safetensors; the training summary is returned and kept in its metadata."""
+    learned = settings["learned"]
+    on_trace = group in TRACE_GROUPS
+    heldout = 0 if on_trace else settings["replay"]["heldout_sequences"]
+    validation = learned["validation_sequences"]["trace" if on_trace else "shard"]
+    fitted, validated = split(demand, heldout, validation)
+    used = subset(demand, fitted + validated)
+    row = {name: i for i, name in enumerate(used.streams)}
+    events = events[events["name"].isin(row)].copy()
+    events["stream"] = events["name"].map(row)
+    features = feature_set(group)
+    tables = [
+        fit.Table.of(used, list(rows), features)
+        for rows in (range(len(fitted)), range(len(fitted), len(used.streams)))
+    ]
+    capacity = settings["harness"]["capacity"]
+    model, summary = fit.learn(
+        kind.removesuffix("-permuted"),
+        features,
+        used,
+        events,
+        *tables,
+        {**learned, "capacity": capacity},
+        settings["seed"],
+        permute=kind == CONTROL,
+    )
+    summary.update(
+        group=group,
+        name=kind,
+        fit_sequences=len(dict.fromkeys(used.sequences[s] for s in range(len(fitted)))),
+        validation_sequences=validation,
+        selection="the step with the lowest validation loss (cross-entropy with the oracle's "
+        "victims) among checks every learned.check_every steps, in the last DAgger round",
+    )
+    scorer.save(model, out, {k: v for k, v in summary.items() if k != "rounds"})
+    return summary
+
+
+def by_sequence(demand: Demand, insertions: np.ndarray) -> dict[str, int]:
+    """Copies per sequence (its layers' streams together), as the harness counts them."""
+    out: dict[str, int] = {}
+    for sequence, copies in zip(demand.sequences, insertions.tolist(), strict=True):
+        out[sequence] = out.get(sequence, 0) + copies
+    return out
+
+
+def replayed(demand: Demand, capacity: int, rules: dict) -> dict[str, dict[str, int]]:
+    """Copies per sequence of every rule (label -> rule text or policy), with LRU and the
+    oracle (farthest-future) that the gap runs between."""
+    rules = {"lru": "lru", "oracle": "farthest-future", **rules}
+    return {
+        label: by_sequence(
+            demand,
+            engine.run(
+                demand,
+                engine.make_rule(rule, demand, capacity) if isinstance(rule, str) else rule,
+            ).insertions,
+        )
+        for label, rule in rules.items()
+    }
+
+
+def shares(copies: dict[str, dict[str, int]], heldout: list[str]) -> dict:
+    """Copies and the share of the LRU-to-oracle gap of every rule, on the held-out
+    sequences and on all. Every rule fills an empty pool alike, so the share of all copies
+    is the share of copies after the fill."""
+    out = {}
+    for name, chosen in (("heldout", set(heldout)), ("all", set(copies["lru"]))):
+        total = {label: sum(c[s] for s in chosen) for label, c in copies.items()}
+        out[name] = {
+            label: {
+                "copies": n,
+                "gap_recovered": engine.gap_recovered(total["lru"], total["oracle"], n),
+            }
+            for label, n in total.items()
+        }
+    return out
+
+
+def foresight_equivalent(share: float | None, points: list[dict]) -> float | None:
+    """Tokens of foresight a share is worth: interpolated between the curve's points
+    (k, share); None below k = 1, the largest k when above all of them."""
+    curve = [(p["k"], p["gap_recovered"]) for p in points if p["k"] is not None]
+    if share is None or not curve or share < curve[0][1]:
+        return None
+    for (k0, s0), (k1, s1) in zip(curve, curve[1:], strict=False):
+        if share <= s1:
+            return float(k0 + (k1 - k0) * (share - s0) / (s1 - s0)) if s1 > s0 else float(k0)
+    return float(curve[-1][0])
+
+
+def scorer_name(path) -> str:
+    """group/kind of a scorer file results/learned/scorers/<group>/<kind>.safetensors."""
+    from pathlib import Path
+
+    path = Path(path)
+    return f"{path.parent.name}/{path.stem}"
+
+
+def applies(name: str, shard: str) -> bool:
+    """Past-use scorers of a shard are evaluated on it; trace scorers on every shard."""
+    group = name.split("/")[0]
+    return group in TRACE_GROUPS or group == f"past-use-{shard}"
+
+
+def evaluate(
+    settings, traces: dict, scorer_files: list, foresight_files: dict, closed_files
+) -> dict:
+    """Per shard: every scorer, LRU, the oracle and decayed frequency replayed on the
+    shard's trace (held-out sequences and all), each scorer's foresight equivalent, and
+    the closed-loop runs' copies from the harness beside the replay's."""
+    import json
+    from pathlib import Path
+
+    from moecache.harness import trace
+    from moecache.policies.learned import Learned
+
+    capacity = settings["harness"]["capacity"]
+    last = settings["replay"]["heldout_sequences"]
+    arch = settings["model"]["architecture"]
+    closed = {}
+    for path in closed_files:
+        report = json.loads(Path(path).read_text())
+        closed.setdefault(report["shard"], {})[scorer_name(report["params"]["weights"])] = report
+    shards = {}
+    for shard, path in traces.items():
+        demand = trace.read_demand(path, arch["num_experts"])
+        heldout = list(dict.fromkeys(demand.sequences))[len(set(demand.sequences)) - last :]
+        mine = {scorer_name(f): f for f in scorer_files if applies(scorer_name(f), shard)}
+        rules = {
+            "decayed-frequency": "decayed-frequency",
+            **{
+                name: Learned(
+                    capacity,
+                    demand.num_experts,
+                    demand.top_k,
+                    str(f),
+                    feature_set(name.split("/")[0]),
+                )
+                for name, f in mine.items()
+            },
+        }
+        copies = replayed(demand, capacity, rules)
+        curve = json.loads(Path(foresight_files[shard]).read_text())["subsets"]
+        replay = shares(copies, heldout)
+        for part, rows in replay.items():
+            for row in rows.values():
+                row["foresight_equivalent"] = foresight_equivalent(
+                    row["gap_recovered"], curve[part]["foresight"]
+                )
+        loops = {}
+        for name, report in closed.get(shard, {}).items():
+            measured = {
+                f"seq{r['sequence']}": r["fills"] + r["steady"] for r in report["sequences"]
+            }
+            loop = shares({**copies, name: measured}, heldout)
+            loops[name] = {
+                "heldout": loop["heldout"][name],
+                "all": loop["all"][name],
+                "matches_replay": measured == copies[name],
+                "delta_nll": report["totals"]["delta_nll"],
+                "tokens_per_second": report["totals"]["tokens_per_second"],
+                "tokens_per_second_ci": report["totals"]["tokens_per_second_ci"],
+            }
+        shards[shard] = {
+            "heldout_sequences": heldout,
+            "replay": replay,
+            "closed_loop": loops,
+        }
+    training = {scorer_name(f): scorer.about(f) for f in scorer_files}
+    for about in training.values():
+        about.pop("curve", None)
+    return {"capacity": capacity, "shards": shards, "training": training}
+
+
+def closed_loop_runs(names: list[str], shard: str, scorers_dir: str = "results/learned/scorers"):
+    """harness.runs entries decoding the scorers `names` (group/kind) that apply to `shard`."""
+    return {
+        "learned-" + name.replace("/", "-"): {
+            "policy": "learned",
+            "params": {
+                "weights": f"{scorers_dir}/{name}.safetensors",
+                "features": feature_set(name.split("/")[0]),
+            },
+        }
+        for name in names
+        if applies(name, shard)
+    }
+
+
+def closed_loop(settings, model_source, sequences, shard, gates, out_dir) -> dict:
+    """The closed-loop scorers decoding `shard` in the harness, interleaved in one process
+    (each a results file and trace in `out_dir`); their copies are checked against the
+    replay's by the evaluation."""
+    from moecache.harness import jobs
+
+    runs = closed_loop_runs(settings["learned"]["closed_loop"], shard)
+    if not runs:
+        raise MoecacheError(f"shard {shard}: no scorer of learned.closed_loop applies to it")
+    harness = {**settings["harness"], "runs": runs, "trace_run": next(iter(runs))}
+    return jobs.run_decode(
+        {**settings, "harness": harness}, model_source, sequences, shard, shard, gates, out_dir
+    )

@@ -1,0 +1,128 @@
+# Learned eviction (config section `learned`): the routing of training sequences, the
+# oracle's evictions as labels, one scorer per group and kind, the scorers decoding in the
+# harness (closed loop), and their share of the gap in replay and closed loop.
+
+
+wildcard_constraints:
+    source="training-trace|[a-z][a-z0-9_]*",
+    group="router|trace-past-use|past-use-[a-z][a-z0-9_]*",
+    kind="linear|mlp|gru|mlp-permuted",
+
+
+rule learned_trace:
+    input:
+        model=built("results/model"),
+        tokenizer=built("results/tokenizer"),
+        text="results/corpus/train.parquet",
+    output:
+        "results/learned/training-trace.parquet",
+    log:
+        "logs/learned/training-trace.log",
+    benchmark:
+        "benchmarks/learned/training-trace.tsv"
+    conda:
+        CONDA_ENV
+    threads: config["harness"]["threads"]
+    resources:
+        gpu=1,
+    params:
+        settings=settings("corpus", "model", "harness"),
+        model=built_or_pretrained("model"),
+        tokenizer=built_or_pretrained("tokenizer"),
+    shell:
+        "moecache learned-trace --settings {params.settings:q} --model {params.model:q}"
+        " --tokenizer {params.tokenizer:q} --text {input.text} --out {output} > {log} 2>&1"
+
+
+rule learned_labels:
+    input:
+        trace=lambda wildcards: routing_of(wildcards.source),
+    output:
+        "results/learned/labels/{source}.parquet",
+    log:
+        "logs/learned/labels/{source}.log",
+    benchmark:
+        "benchmarks/learned/labels/{source}.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        capacity=config["harness"]["capacity"],
+    shell:
+        "moecache learned-labels --trace {input.trace} --capacity {params.capacity}"
+        " --out {output} > {log} 2>&1"
+
+
+rule learned_fit:
+    input:
+        unpack(fitted_on),
+    output:
+        "results/learned/scorers/{group}/{kind}.safetensors",
+    log:
+        "logs/learned/fit/{group}/{kind}.log",
+    benchmark:
+        "benchmarks/learned/fit/{group}/{kind}.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    params:
+        settings=settings("model", "harness", "replay", "learned"),
+    shell:
+        "moecache learned-fit --settings {params.settings:q} --group {wildcards.group}"
+        " --kind {wildcards.kind} --trace {input.trace} --labels {input.labels}"
+        " --out {output} > {log} 2>&1"
+
+
+rule learned_closed_loop:
+    """The closed-loop scorers decoding one shard in the harness, interleaved."""
+    input:
+        model=built("results/model"),
+        sequences="results/heldout/{shard}.parquet",
+        gates="results/gates/{shard}.json",
+        scorers=lambda wildcards: expand(
+            "results/learned/scorers/{name}.safetensors",
+            name=closed_loop_names(wildcards.shard),
+        ),
+    output:
+        directory("results/learned/closed-loop/{shard}"),
+    log:
+        "logs/learned/closed-loop/{shard}.log",
+    benchmark:
+        "benchmarks/learned/closed-loop/{shard}.tsv"
+    conda:
+        CONDA_ENV
+    threads: config["harness"]["threads"]
+    resources:
+        gpu=1,
+    params:
+        settings=settings("model", "harness", "learned"),
+        model=built_or_pretrained("model"),
+    shell:
+        "moecache learned-closed-loop --settings {params.settings:q} --model {params.model:q}"
+        " --sequences {input.sequences} --shard {wildcards.shard} --gates {input.gates}"
+        " --out-dir {output} > {log} 2>&1"
+
+
+rule learned_evaluate:
+    input:
+        traces=expand(TRACE, shard=TRACE_SHARDS),
+        foresight=expand("results/replay/{shard}/foresight.json", shard=TRACE_SHARDS),
+        scorers=learned_scorers(),
+        closed=closed_loop_dirs(),
+    output:
+        "results/learned/evaluation.json",
+    log:
+        "logs/learned/evaluation.log",
+    benchmark:
+        "benchmarks/learned/evaluation.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        settings=settings("model", "harness", "replay", "learned"),
+        traces=" ".join(f"{s}={TRACE.format(shard=s)}" for s in TRACE_SHARDS),
+        foresight=" ".join(
+            f"{s}=results/replay/{s}/foresight.json" for s in TRACE_SHARDS
+        ),
+    shell:
+        "moecache learned-evaluate --settings {params.settings:q} --trace {params.traces}"
+        " --foresight {params.foresight} --scorers {input.scorers}"
+        " --closed-loop {input.closed} --out {output} > {log} 2>&1"
