@@ -259,6 +259,9 @@ def test_pipeline_scorers_agree_in_replay_and_closed_loop(smoke_run):
         assert abs(loop["delta_nll"]) < 1e-5
     training = evaluation["training"]
     assert training["router/mlp-permuted"]["permuted_labels"] is True
+    assert len(training["router/mlp-permuted"]["rounds"]) == 1  # no DAgger on random labels
+    dagger = config["learned"]["dagger_rounds"]
+    assert len(training["router/mlp"]["rounds"]) == dagger + 1
     assert training["router/mlp"]["permuted_labels"] is False
     heldout = config["replay"]["heldout_sequences"]
     shard = config["corpus"]["heldout"]["sequences"]

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from moecache import config as configs
+from moecache.atomic import atomic_dir
 from moecache.errors import MoecacheError
 
 
@@ -342,14 +343,16 @@ def cmd_learned_fit(args):
 
     settings = load_settings(args, ("model", "harness", "replay", "learned"))
     demand = trace.read_demand(args.trace, settings["model"]["architecture"]["num_experts"])
-    summary = stage.fit_scorer(
-        settings, args.group, args.kind, demand, labels.read(args.labels), args.out
-    )
-    print(
-        f"{args.group}/{args.kind}: validation loss {summary['initial_validation_loss']:.4f} -> "
-        f"{summary['validation_loss']:.4f} (step {summary['selected_step']} of "
-        f"{summary['steps']}, {len(summary['rounds'])} rounds), {summary['seconds']:.1f} s"
-    )
+    with atomic_dir(args.out_dir) as tmp:
+        summaries = stage.fit_group(settings, args.group, demand, labels.read(args.labels), tmp)
+    for kind, summary in summaries.items():
+        shares = ", ".join(percent(r["validation_gap_recovered"]) for r in summary["rounds"])
+        print(
+            f"{args.group}/{kind}: validation loss {summary['initial_validation_loss']:.4f} -> "
+            f"{summary['validation_loss']:.4f} (step {summary['selected_step']} of "
+            f"{summary['steps']}); validation share by round {shares}; "
+            f"{summary['seconds']:.1f} s"
+        )
 
 
 def cmd_learned_closed_loop(args):
@@ -388,7 +391,10 @@ def cmd_learned_evaluate(args):
     closed = [
         f for p in args.closed_loop for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])
     ]
-    report = stage.evaluate(settings, traces, args.scorers, curves, closed)
+    scorers = [
+        f for p in args.scorers for f in (sorted(p.glob("*.safetensors")) if p.is_dir() else [p])
+    ]
+    report = stage.evaluate(settings, traces, scorers, curves, closed)
     lines = []
     for shard, result in report["shards"].items():
         for name, row in result["replay"]["heldout"].items():
@@ -403,7 +409,7 @@ def cmd_learned_evaluate(args):
                 f"{percent(loop['heldout']['gap_recovered'])}, equals replay "
                 f"{loop['matches_replay']}, delta NLL {loop['delta_nll']:+.2e}"
             )
-    sources = [*traces.values(), *args.scorers, *curves.values(), *closed]
+    sources = [*traces.values(), *scorers, *curves.values(), *closed]
     emit(args, report, lines, sources, provenance_of(settings))
 
 
@@ -615,8 +621,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p = with_settings(command("learned-fit", cmd_learned_fit, "train one eviction scorer"))
     p.add_argument("--group", required=True, help="router, trace-past-use or past-use-<shard>")
-    p.add_argument("--kind", required=True, help="linear, mlp, gru or mlp-permuted")
-    for flag in ("--trace", "--labels", "--out"):
+    for flag in ("--trace", "--labels", "--out-dir"):
         p.add_argument(flag, required=True, type=Path)
     p = with_settings(
         command("learned-closed-loop", cmd_learned_closed_loop, "decode with learned scorers")
@@ -630,7 +635,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--trace", nargs="+", required=True, help="shard=trace of each shard")
     p.add_argument("--foresight", nargs="+", required=True, help="shard=foresight results")
-    p.add_argument("--scorers", nargs="+", required=True, type=Path, help="scorer files")
+    p.add_argument(
+        "--scorers", nargs="+", required=True, type=Path, help="scorer files or their folders"
+    )
     p.add_argument("--closed-loop", nargs="*", default=[], type=Path, help="closed-loop runs")
 
     def paper_inputs(p):

@@ -248,7 +248,8 @@ def check_learned(config: dict) -> None:
         )
     for name in learned["closed_loop"]:
         group, kind = name.split("/")
-        if kind not in learned["kinds"]:
-            raise ConfigError(f"{where}.closed_loop: {name}: {kind} is not in learned.kinds")
+        trained = learned["trace_past_use" if group == "trace-past-use" else "kinds"]
+        if kind not in trained:
+            raise ConfigError(f"{where}.closed_loop: {name}: that group trains no {kind}")
         if group.startswith("past-use-") and group[9:] not in corpus["heldout"]["shards"]:
             raise ConfigError(f"{where}.closed_loop: {name}: no held-out shard {group[9:]!r}")

@@ -155,20 +155,21 @@ def final_outputs():
 
 
 # Learned eviction (workflow/rules/learned.smk).
-LEARNED = config.get("learned") or {"kinds": [], "closed_loop": []}
-LEARNED_GROUPS = ["router", "trace-past-use", *[f"past-use-{s}" for s in TRACE_SHARDS]]
+LEARNED = config.get("learned") or {
+    "kinds": [],
+    "trace_past_use": [],
+    "closed_loop": [],
+}
+LEARNED_GROUPS = [
+    "router",
+    *(["trace-past-use"] if LEARNED["trace_past_use"] else []),
+    *[f"past-use-{s}" for s in TRACE_SHARDS],
+]
 
 
 def learned_scorers():
-    kinds = [
-        *LEARNED["kinds"],
-        *(["mlp-permuted"] if "mlp" in LEARNED["kinds"] else []),
-    ]
-    return expand(
-        "results/learned/scorers/{group}/{kind}.safetensors",
-        group=LEARNED_GROUPS,
-        kind=kinds,
-    )
+    """One folder of scorers per group (every kind it trains)."""
+    return expand("results/learned/scorers/{group}", group=LEARNED_GROUPS)
 
 
 def routing_of(source):
@@ -193,6 +194,7 @@ def closed_loop_dirs():
 
 
 def fitted_on(wildcards):
+    """A group's trace and labels: the training trace's, or its shard's."""
     source = wildcards.group.removeprefix("past-use-")
     if wildcards.group in ("router", "trace-past-use"):
         source = "training-trace"

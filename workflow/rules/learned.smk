@@ -6,7 +6,6 @@
 wildcard_constraints:
     source="training-trace|[a-z][a-z0-9_]*",
     group="router|trace-past-use|past-use-[a-z][a-z0-9_]*",
-    kind="linear|mlp|gru|mlp-permuted",
 
 
 rule learned_trace:
@@ -53,14 +52,15 @@ rule learned_labels:
 
 
 rule learned_fit:
+    """Every scorer of one group, on one feature table."""
     input:
         unpack(fitted_on),
     output:
-        "results/learned/scorers/{group}/{kind}.safetensors",
+        directory("results/learned/scorers/{group}"),
     log:
-        "logs/learned/fit/{group}/{kind}.log",
+        "logs/learned/fit/{group}.log",
     benchmark:
-        "benchmarks/learned/fit/{group}/{kind}.tsv"
+        "benchmarks/learned/fit/{group}.tsv"
     conda:
         CONDA_ENV
     threads: 1
@@ -68,8 +68,7 @@ rule learned_fit:
         settings=settings("model", "harness", "replay", "learned"),
     shell:
         "moecache learned-fit --settings {params.settings:q} --group {wildcards.group}"
-        " --kind {wildcards.kind} --trace {input.trace} --labels {input.labels}"
-        " --out {output} > {log} 2>&1"
+        " --trace {input.trace} --labels {input.labels} --out-dir {output} > {log} 2>&1"
 
 
 rule learned_closed_loop:
@@ -78,9 +77,11 @@ rule learned_closed_loop:
         model=built("results/model"),
         sequences="results/heldout/{shard}.parquet",
         gates="results/gates/{shard}.json",
-        scorers=lambda wildcards: expand(
-            "results/learned/scorers/{name}.safetensors",
-            name=closed_loop_names(wildcards.shard),
+        scorers=lambda wildcards: sorted(
+            {
+                f"results/learned/scorers/{name.split('/')[0]}"
+                for name in closed_loop_names(wildcards.shard)
+            }
         ),
     output:
         directory("results/learned/closed-loop/{shard}"),

@@ -186,14 +186,32 @@ def as_rule(scorer: Scorer, demand: Demand, capacity: int):
     return rule
 
 
+def validation_share(scorer: Scorer, demand: Demand, streams: list[int], capacity: int):
+    """The share of the LRU-to-oracle gap the scorer recovers on the validation streams."""
+    from moecache.replay import engine
+    from moecache.replay.demand import subset
+
+    held = subset(demand, streams)
+    after = {
+        name: int(engine.run(held, rule).after_fill.sum())
+        for name, rule in (
+            ("lru", engine.make_rule("lru", held, capacity)),
+            ("oracle", engine.make_rule("farthest-future", held, capacity)),
+            ("scorer", as_rule(scorer, held, capacity)),
+        )
+    }
+    return engine.gap_recovered(after["lru"], after["oracle"], after["scorer"])
+
+
 def learn(kind, feature_set, demand, oracle, fit: Table, valid: Table, settings, seed, permute):
     """Train on the oracle's events, then for `dagger_rounds` rounds add the oracle's
     labels of the states the scorer itself reaches and train again (DAgger). With
-    `permute`, every label is drawn at random among the same candidates (the control)."""
+    `permute`, every label is drawn at random among the same candidates (the control).
+    Each round records the share of the gap its scorer recovers on the validation streams."""
     from moecache.learned import labels
 
     capacity = settings["capacity"]
-    events, rounds = oracle, []
+    events, rounds, start = oracle, [], time.monotonic()
     for round_ in range(settings["dagger_rounds"] + 1):
         used = labels.permuted(events, seed + round_) if permute else events
         scorer, summary = train(
@@ -204,9 +222,14 @@ def learn(kind, feature_set, demand, oracle, fit: Table, valid: Table, settings,
             settings,
             seed + round_,
         )
+        summary["validation_gap_recovered"] = validation_share(
+            scorer, demand, valid.streams, capacity
+        )
         rounds.append(summary)
         if round_ < settings["dagger_rounds"]:
             visited = labels.learner_events(demand, as_rule(scorer, demand, capacity))
             visited = visited[visited["stream"].isin(set(fit.streams) | set(valid.streams))]
             events = pd.concat([events, visited], ignore_index=True)
-    return scorer, {**rounds[-1], "rounds": rounds, "permuted_labels": permute}
+    # Seconds of the whole fit: every round's training, its validation replay and labels.
+    seconds = time.monotonic() - start
+    return scorer, {**rounds[-1], "seconds": seconds, "rounds": rounds, "permuted_labels": permute}

@@ -76,9 +76,19 @@ def split(demand: Demand, heldout: int, validation: int) -> tuple[list[int], lis
     )
 
 
-def fit_scorer(settings, group, kind, demand: Demand, events, out) -> dict:
-    """Train one scorer of `group` (kind linear, mlp, gru, or the mlp-permuted control) and
-    save it in safetensors; the training summary is returned and kept in its metadata."""
+def group_kinds(learned: dict, group: str) -> list[str]:
+    """The scorers a group trains: `learned.kinds` and, with an MLP among them, the control
+    (the MLP on permuted labels); the ablation group trains `learned.trace_past_use`."""
+    if group == "trace-past-use":
+        return list(learned["trace_past_use"])
+    return [*learned["kinds"], *([CONTROL] if "mlp" in learned["kinds"] else [])]
+
+
+def fit_group(settings, group, demand: Demand, events, out_dir) -> dict:
+    """Train every scorer of `group` on one feature table and save each in safetensors
+    (`out_dir`/<kind>.safetensors), with its training summary in the file's metadata."""
+    from pathlib import Path
+
     learned = settings["learned"]
     on_trace = group in TRACE_GROUPS
     heldout = 0 if on_trace else settings["replay"]["heldout_sequences"]
@@ -93,27 +103,34 @@ def fit_scorer(settings, group, kind, demand: Demand, events, out) -> dict:
         fit.Table.of(used, list(rows), features)
         for rows in (range(len(fitted)), range(len(fitted), len(used.streams)))
     ]
-    capacity = settings["harness"]["capacity"]
-    model, summary = fit.learn(
-        kind.removesuffix("-permuted"),
-        features,
-        used,
-        events,
-        *tables,
-        {**learned, "capacity": capacity},
-        settings["seed"],
-        permute=kind == CONTROL,
-    )
-    summary.update(
-        group=group,
-        name=kind,
-        fit_sequences=len(dict.fromkeys(used.sequences[s] for s in range(len(fitted)))),
-        validation_sequences=validation,
-        selection="the step with the lowest validation loss (cross-entropy with the oracle's "
-        "victims) among checks every learned.check_every steps, in the last DAgger round",
-    )
-    scorer.save(model, out, {k: v for k, v in summary.items() if k != "rounds"})
-    return summary
+    summaries = {}
+    for kind in group_kinds(learned, group):
+        control = kind == CONTROL
+        # The control trains once: DAgger would only add more labels drawn at random.
+        rounds = 0 if control else learned["dagger_rounds"]
+        model, summary = fit.learn(
+            kind.removesuffix("-permuted"),
+            features,
+            used,
+            events,
+            *tables,
+            {**learned, "dagger_rounds": rounds, "capacity": settings["harness"]["capacity"]},
+            settings["seed"],
+            permute=control,
+        )
+        summary.update(
+            group=group,
+            name=kind,
+            fit_sequences=len(dict.fromkeys(used.sequences[s] for s in range(len(fitted)))),
+            validation_sequences=validation,
+            selection="the step with the lowest validation loss (cross-entropy with the "
+            "oracle's victims) among checks every learned.check_every steps, last round",
+        )
+        # The metadata keeps every round's result, not its loss curve.
+        kept = [{k: v for k, v in r.items() if k != "curve"} for r in summary["rounds"]]
+        scorer.save(model, Path(out_dir) / f"{kind}.safetensors", {**summary, "rounds": kept})
+        summaries[kind] = summary
+    return summaries
 
 
 def by_sequence(demand: Demand, insertions: np.ndarray) -> dict[str, int]:

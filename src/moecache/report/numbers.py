@@ -607,11 +607,13 @@ def learned_section(workdir: Path) -> str:
                 else ""
             )
             k = replay["heldout"][name]["foresight_equivalent"]
+            share = replay["heldout"][name]["gap_recovered"]
+            # Below the curve's first point (k = 1) a share is worth less than one token.
+            worth = "" if share is None else ", k < 1" if k is None else f", k = {fixed(k, 1)}"
             cells += [
-                f"{percent(replay['heldout'][name]['gap_recovered'])}{closed}",
+                f"{percent(share)}{worth}{closed}",
                 f"{percent(replay['all'][name]['gap_recovered'])}",
             ]
-            cells[-2] += "" if k is None else f", k≈{fixed(k, 1)}"
         rows.append(cells)
     header = ["rule", "features"] + [
         f"shard {s}, {subset}" for s in shards for subset in ("held out", "all")
@@ -629,7 +631,17 @@ def learned_section(workdir: Path) -> str:
         n for n in learned if all(n in evaluation["shards"][s]["replay"]["heldout"] for s in shards)
     ]
     best = max(both or learned, key=lambda n: worst[n], default=None)
+    beats = all(
+        evaluation["shards"][s]["replay"]["heldout"][n]["gap_recovered"]
+        > evaluation["shards"][s]["replay"]["heldout"]["decayed-frequency"]["gap_recovered"]
+        for s in shards
+        for n in learned
+        if n in evaluation["shards"][s]["replay"]["heldout"]
+    )
     summary = (
+        f"Every learned scorer (controls aside) recovers more than decayed frequency on the "
+        f"held-out sequences of its shards: {yes(beats)}. Half of the gap on the held-out "
+        f"sequences of every shard: {yes(best is not None and worst[best] >= 0.5)}. "
         f"Best learned scorer on the held-out sequences of every shard: {best} "
         f"({evaluation['training'][best]['feature_set']} features), at least "
         f"{percent(worst[best])} of the gap on each; decayed frequency "
@@ -642,7 +654,18 @@ def learned_section(workdir: Path) -> str:
         if best
         else ""
     )
-    return "\n\n".join([table(header, rows), summary])
+    rounds = "; ".join(
+        f"{name} " + ", ".join(percent(r["validation_gap_recovered"]) for r in trained["rounds"])
+        for name, trained in evaluation["training"].items()
+        if name.endswith("/mlp") and len(trained.get("rounds", [])) > 1
+    )
+    dagger = (
+        "Share on the validation sequences by training round (first: the oracle's own "
+        f"states only; then each DAgger round): {rounds}."
+        if rounds
+        else ""
+    )
+    return "\n\n".join(part for part in (table(header, rows), summary, dagger) if part)
 
 
 # (family, test on the benchmark's path under benchmarks/), first match wins.
