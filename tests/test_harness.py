@@ -219,8 +219,11 @@ def test_decode_results_from_the_pipeline(smoke_run):
     runs = config["harness"]["runs"]
     decoded = {json.loads(p.read_text())["policy"] for p in smoke_run.glob("results/runs/*/*")}
     # Every policy runs closed loop, the zoo's best two as in the embedded default (each zoo
-    # rule's harness path equals its replay: tests/test_zoo.py).
-    assert decoded == set(POLICIES) - set(ZOO) | {"lfu", "s3-fifo"}
+    # rule's harness path equals its replay: tests/test_zoo.py); learned scorers decode in
+    # the learned stage's own closed-loop job (tests/test_learned.py).
+    assert decoded == set(POLICIES) - set(ZOO) - {"learned"} | {"lfu", "s3-fifo"}
+    closed = smoke_run.glob("results/learned/closed-loop/*/*.json")
+    assert {json.loads(p.read_text())["policy"] for p in closed} == {"learned"}
     for shard in config["corpus"]["heldout"]["shards"]:
         report = json.loads((smoke_run / f"results/gates/{shard}.json").read_text())
         assert report["failures"] == [] and report["runs"].keys() == {

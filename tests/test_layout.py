@@ -8,7 +8,7 @@ import sys
 
 from conftest import REPO
 
-STAGES = ("data", "model", "harness", "replay", "report")
+STAGES = ("data", "model", "harness", "replay", "learned", "report")
 
 
 def test_one_folder_per_rule_file():

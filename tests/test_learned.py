@@ -272,6 +272,12 @@ def test_pipeline_scorers_agree_in_replay_and_closed_loop(smoke_run):
             assert about["fit_sequences"] == fitted
     for result in evaluation["shards"].values():
         assert result["replay"]["heldout"]["oracle"]["gap_recovered"] == 1.0
+    # The README's block names the best scorer and every scorer's share, row by row.
+    from moecache.report import numbers
+
+    block = numbers.learned_section(smoke_run)
+    assert "Best learned scorer on the held-out sequences of every shard" in block
+    assert all(f"| {name} |" in block for name in training)
 
 
 def test_training_trace_records_the_routing_the_harness_records(smoke_run):

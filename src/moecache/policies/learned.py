@@ -8,8 +8,6 @@ inside the measured step, so its decisions and its cost are those of every other
 
 from __future__ import annotations
 
-import torch
-
 from moecache.errors import MoecacheError
 from moecache.learned import features as feature_sets
 from moecache.policies.base import EvictionPolicy
@@ -39,6 +37,8 @@ class Learned(EvictionPolicy):
         self.scored = None  # (t, scores, next state) of the last token scored
 
     def score(self, t, rows, probs):
+        import torch  # here, not at import: the registry (and trace replay) runs without it
+
         if self.scored is None or self.scored[0] != t:
             x = torch.from_numpy(self.features.at(t, rows, probs))
             state = None if self.state is None else self.state[rows]
@@ -55,6 +55,8 @@ class Learned(EvictionPolicy):
         self.score(t, rows, probs)  # a recurrent scorer steps at every token
         after = self.scored[2]
         if after is not None:
+            import torch
+
             if self.state is None:
                 shape = (*self.features.peak.shape, after.shape[-1])
                 self.state = torch.zeros(shape, dtype=after.dtype)

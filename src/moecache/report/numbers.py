@@ -10,8 +10,8 @@ blocks equal the committed `figures/numbers.md`.
 Sections: `model` (the trained model and what a copy and a token cost), `gates` (the
 exactness gates per shard), `bandwidth` (copy time per multiplier), `runs` (every run at 1x
 on the first shard), `cost_model` (Table 1's cost-model check), `replay` (trace replay,
-bounds, foresight, the sweep and the replay benchmark) and `runtime` (seconds per stage,
-summed from `benchmarks/`).
+bounds, foresight, the sweep and the replay benchmark), `learned` (the learned eviction
+scorers' share of the gap) and `runtime` (seconds per stage, summed from `benchmarks/`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from moecache.atomic import write_text
 from moecache.errors import MoecacheError
 
-NAMES = ("model", "gates", "bandwidth", "runs", "cost_model", "replay", "runtime")
+NAMES = ("model", "gates", "bandwidth", "runs", "cost_model", "replay", "learned", "runtime")
 
 # Table 1's lines that state the cost model's verdict (figures/table1.md).
 VERDICT_PREFIXES = ("At ", "Every run within")
