@@ -102,8 +102,8 @@ def split(docs: list[dict], heldout: dict, seed: int | None) -> dict[str, list[d
 def build(corpus: dict, seed: int) -> dict[str, list[dict]]:
     heldout = corpus["heldout"]
     if corpus["source"] == "hub":
-        # A pretrained model is not trained here: the training part holds just the
-        # documents whose routing trains the learned eviction rules, read after the shards.
+        # A pretrained model is not trained here: the training part is only read for the
+        # learned eviction rules' trace, so as many documents more are read as it needs.
         traced = corpus.get("trace_sequences", 0)
         needed = max(heldout["shards"].values()) + heldout["sequences"] + traced
         parts = split(hub_docs(corpus["hub"], corpus["min_chars"], needed), heldout, None)
