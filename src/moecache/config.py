@@ -248,8 +248,8 @@ def check_learned(config: dict) -> None:
         )
     for name in learned["closed_loop"]:
         group, kind = name.split("/")
-        trained = learned["trace_past_use" if group == "trace-past-use" else "kinds"]
-        if kind not in trained:
+        key = {"router": "kinds", "trace-past-use": "trace_past_use"}.get(group, "past_use_kinds")
+        if kind not in learned[key]:
             raise ConfigError(f"{where}.closed_loop: {name}: that group trains no {kind}")
         if group.startswith("past-use-") and group[9:] not in corpus["heldout"]["shards"]:
             raise ConfigError(f"{where}.closed_loop: {name}: no held-out shard {group[9:]!r}")

@@ -157,6 +157,7 @@ def final_outputs():
 # Learned eviction (workflow/rules/learned.smk).
 LEARNED = config.get("learned") or {
     "kinds": [],
+    "past_use_kinds": [],
     "trace_past_use": [],
     "closed_loop": [],
 }

@@ -76,12 +76,19 @@ def split(demand: Demand, heldout: int, validation: int) -> tuple[list[int], lis
     )
 
 
+def trained_kinds(learned: dict, group: str) -> list[str]:
+    """The kinds of scorer a group trains: `learned.kinds` (router), `past_use_kinds`
+    (past-use-<shard>), `trace_past_use` (the ablation)."""
+    key = {"router": "kinds", "trace-past-use": "trace_past_use"}.get(group, "past_use_kinds")
+    return list(learned[key])
+
+
 def group_kinds(learned: dict, group: str) -> list[str]:
-    """The scorers a group trains: `learned.kinds` and, with an MLP among them, the control
-    (the MLP on permuted labels); the ablation group trains `learned.trace_past_use`."""
-    if group == "trace-past-use":
-        return list(learned["trace_past_use"])
-    return [*learned["kinds"], *([CONTROL] if "mlp" in learned["kinds"] else [])]
+    """The scorers a group trains and, with an MLP among them outside the ablation, the
+    control (the MLP on permuted labels)."""
+    kinds = trained_kinds(learned, group)
+    control = "mlp" in kinds and group != "trace-past-use"
+    return [*kinds, *([CONTROL] if control else [])]
 
 
 def fit_group(settings, group, demand: Demand, events, out_dir) -> dict:
