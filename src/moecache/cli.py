@@ -379,6 +379,11 @@ def named_files(values: list[str], flag: str) -> dict[str, Path]:
     return out
 
 
+def files_in(paths: list[Path], pattern: str) -> list[Path]:
+    """Each path that is a file, and the files matching `pattern` in each that is a folder."""
+    return [f for p in paths for f in (sorted(p.glob(pattern)) if p.is_dir() else [p])]
+
+
 def cmd_learned_evaluate(args):
     from moecache.learned import stage
 
@@ -387,13 +392,9 @@ def cmd_learned_evaluate(args):
     curves = named_files(args.foresight, "--foresight")
     if set(curves) != set(traces):
         raise MoecacheError("--foresight: give one curve for every shard of --trace")
-    # Closed-loop results: files, or the folders a closed-loop job wrote them to.
-    closed = [
-        f for p in args.closed_loop for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])
-    ]
-    scorers = [
-        f for p in args.scorers for f in (sorted(p.glob("*.safetensors")) if p.is_dir() else [p])
-    ]
+    # Files, or the folders the closed-loop and fit jobs wrote them to.
+    closed = files_in(args.closed_loop, "*.json")
+    scorers = files_in(args.scorers, "*.safetensors")
     report = stage.evaluate(settings, traces, scorers, curves, closed)
     lines = []
     for shard, result in report["shards"].items():

@@ -227,6 +227,8 @@ def load(path: str | Path) -> dict:
 
 def check_learned(config: dict) -> None:
     """Enough sequences to fit and validate on, and closed-loop scorers the stage trains."""
+    from moecache.learned import groups
+
     learned = config.get("learned")
     if learned is None:
         return
@@ -248,8 +250,7 @@ def check_learned(config: dict) -> None:
         )
     for name in learned["closed_loop"]:
         group, kind = name.split("/")
-        key = {"router": "kinds", "trace-past-use": "trace_past_use"}.get(group, "past_use_kinds")
-        if kind not in learned[key]:
+        if kind not in groups.trained_kinds(learned, group):
             raise ConfigError(f"{where}.closed_loop: {name}: that group trains no {kind}")
         if group.startswith("past-use-") and group[9:] not in corpus["heldout"]["shards"]:
             raise ConfigError(f"{where}.closed_loop: {name}: no held-out shard {group[9:]!r}")

@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from moecache import config as configs
+from moecache.learned import groups as learned_groups
 
 try:
     validate(config, "../schemas/config.schema.yaml")
@@ -154,36 +155,32 @@ def final_outputs():
     ]
 
 
-# Learned eviction (workflow/rules/learned.smk).
-LEARNED = config.get("learned") or {
-    "kinds": [],
-    "past_use_kinds": [],
-    "trace_past_use": [],
-    "closed_loop": [],
-}
-LEARNED_GROUPS = [
-    "router",
-    *(["trace-past-use"] if LEARNED["trace_past_use"] else []),
-    *[f"past-use-{s}" for s in TRACE_SHARDS],
-]
+# Learned eviction (learned.smk); the groups are those of moecache.learned.groups. Without a
+# `learned` section these helpers give nothing, so none of its jobs is ever needed.
+LEARNED = config.get("learned")
 
 
 def learned_scorers():
     """One folder of scorers per group (every kind it trains)."""
-    return expand("results/learned/scorers/{group}", group=LEARNED_GROUPS)
+    if not LEARNED:
+        return []
+    return expand(
+        "results/learned/scorers/{group}",
+        group=learned_groups.names(LEARNED, TRACE_SHARDS),
+    )
 
 
 def routing_of(source):
     """The training trace, or a held-out shard's trace."""
-    if source == "training-trace":
+    if source == learned_groups.TRAINING_TRACE:
         return "results/learned/training-trace.parquet"
     return TRACE.format(shard=source)
 
 
 def closed_loop_names(shard):
     """Closed-loop scorers that apply to `shard`: a past-use scorer only to its own."""
-    mine = ("router", "trace-past-use", f"past-use-{shard}")
-    return [name for name in LEARNED["closed_loop"] if name.split("/")[0] in mine]
+    names = LEARNED["closed_loop"] if LEARNED else []
+    return [n for n in names if learned_groups.applies(n, shard)]
 
 
 def closed_loop_dirs():
@@ -196,9 +193,7 @@ def closed_loop_dirs():
 
 def fitted_on(wildcards):
     """A group's trace and labels: the training trace's, or its shard's."""
-    source = wildcards.group.removeprefix("past-use-")
-    if wildcards.group in ("router", "trace-past-use"):
-        source = "training-trace"
+    source = learned_groups.source(wildcards.group)
     return {
         "trace": routing_of(source),
         "labels": f"results/learned/labels/{source}.parquet",

@@ -1,10 +1,11 @@
 """Learned eviction: scorers trained to imitate the farthest-future oracle from causal
 features of each resident expert's past, run behind the same interface as every rule.
 
+groups    the groups of scorers: what each fits on, its kinds, where it is evaluated
 features  what a scorer sees of each expert at token t (history before t, router at t)
 labels    the oracle's choices, from replaying farthest-future on a recorded trace
 scorer    the networks (linear, MLP, GRU) and their safetensors files
 fit       training with selection by validation loss
-evaluate  share of the LRU-to-oracle gap recovered, in replay and closed loop
 trace     the training trace: routing of sequences from the training part of the corpus
+stage     the stage's jobs; the evaluation: share of the gap, in replay and closed loop
 """

@@ -186,25 +186,10 @@ def as_rule(scorer: Scorer, demand: Demand, capacity: int):
     return rule
 
 
-def validation_share(scorer: Scorer, held: Demand, references: tuple) -> float | None:
-    """The share of the LRU-to-oracle gap the scorer recovers on the validation streams
-    `held`, given LRU's and the oracle's copies after the fill there and the capacity
-    (`references`)."""
+def copies_after_fill(demand: Demand, rule) -> int:
     from moecache.replay import engine
 
-    copies = int(engine.run(held, as_rule(scorer, held, references[2])).after_fill.sum())
-    return engine.gap_recovered(references[0], references[1], copies)
-
-
-def references(held: Demand, capacity: int) -> tuple[int, int, int]:
-    """LRU's and the oracle's copies after the fill on `held`, and the capacity."""
-    from moecache.replay import engine
-
-    lru, oracle = (
-        int(engine.run(held, engine.make_rule(rule, held, capacity)).after_fill.sum())
-        for rule in ("lru", "farthest-future")
-    )
-    return lru, oracle, capacity
+    return int(engine.run(demand, rule).after_fill.sum())
 
 
 def learn(kind, feature_set, demand, oracle, fit: Table, valid: Table, settings, seed, permute):
@@ -213,12 +198,17 @@ def learn(kind, feature_set, demand, oracle, fit: Table, valid: Table, settings,
     `permute`, every label is drawn at random among the same candidates (the control).
     Each round records the share of the gap its scorer recovers on the validation streams."""
     from moecache.learned import labels
+    from moecache.replay import engine
     from moecache.replay.demand import subset
 
     capacity = settings["capacity"]
     events, rounds, start = oracle, [], time.monotonic()
+    # Each round's share of the gap on the validation streams; LRU and the oracle once.
     held = subset(demand, valid.streams)
-    reference = references(held, capacity)
+    lru, best = (
+        copies_after_fill(held, engine.make_rule(rule, held, capacity))
+        for rule in ("lru", "farthest-future")
+    )
     for round_ in range(settings["dagger_rounds"] + 1):
         used = labels.permuted(events, seed + round_) if permute else events
         scorer, summary = train(
@@ -229,7 +219,8 @@ def learn(kind, feature_set, demand, oracle, fit: Table, valid: Table, settings,
             settings,
             seed + round_,
         )
-        summary["validation_gap_recovered"] = validation_share(scorer, held, reference)
+        mine = copies_after_fill(held, as_rule(scorer, held, capacity))
+        summary["validation_gap_recovered"] = engine.gap_recovered(lru, best, mine)
         rounds.append(summary)
         if round_ < settings["dagger_rounds"]:
             visited = labels.learner_events(demand, as_rule(scorer, demand, capacity))

@@ -1,10 +1,8 @@
 """The learned stage's jobs, one per rule: record the training trace, label a trace with
 the oracle's choices, fit one scorer, and evaluate every scorer in replay and closed loop.
 
-Groups of scorers: `past-use-<shard>` fits past-use features on the first sequences of a
-shard's trace and is evaluated on that shard; `router` (router and past-use features) and
-`trace-past-use` (past use alone, the ablation) fit on the training trace and are
-evaluated on every held-out shard. Held-out sequences are never fitted on.
+The groups of scorers are named in learned/groups.py. Held-out sequences are never fitted
+on.
 """
 
 from __future__ import annotations
@@ -15,21 +13,9 @@ import torch
 from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.learned import fit, scorer
+from moecache.learned.groups import CONTROL, TRACE_GROUPS, applies, feature_set, group_kinds
 from moecache.replay import engine
 from moecache.replay.demand import Demand, subset
-
-TRACE_GROUPS = {"router": "router", "trace-past-use": "past-use"}
-CONTROL = "mlp-permuted"  # the MLP trained on permuted labels
-
-
-def feature_set(group: str) -> str:
-    if group in TRACE_GROUPS:
-        return TRACE_GROUPS[group]
-    if group.startswith("past-use-"):
-        return "past-use"
-    raise MoecacheError(
-        f"scorer group {group!r}: known groups are router, trace-past-use, past-use-<shard>"
-    )
 
 
 def record_trace(settings, model_source, tokenizer_source, text_path, out) -> dict:
@@ -74,21 +60,6 @@ def split(demand: Demand, heldout: int, validation: int) -> tuple[list[int], lis
         [s for s in streams if demand.sequences[s] in fitted],
         [s for s in streams if demand.sequences[s] in validated],
     )
-
-
-def trained_kinds(learned: dict, group: str) -> list[str]:
-    """The kinds of scorer a group trains: `learned.kinds` (router), `past_use_kinds`
-    (past-use-<shard>), `trace_past_use` (the ablation)."""
-    key = {"router": "kinds", "trace-past-use": "trace_past_use"}.get(group, "past_use_kinds")
-    return list(learned[key])
-
-
-def group_kinds(learned: dict, group: str) -> list[str]:
-    """The scorers a group trains and, with an MLP among them outside the ablation, the
-    control (the MLP on permuted labels)."""
-    kinds = trained_kinds(learned, group)
-    control = "mlp" in kinds and group != "trace-past-use"
-    return [*kinds, *([CONTROL] if control else [])]
 
 
 def fit_group(settings, group, demand: Demand, events, out_dir) -> dict:
@@ -199,12 +170,6 @@ def scorer_name(path) -> str:
 
     path = Path(path)
     return f"{path.parent.name}/{path.stem}"
-
-
-def applies(name: str, shard: str) -> bool:
-    """Past-use scorers of a shard are evaluated on it; trace scorers on every shard."""
-    group = name.split("/")[0]
-    return group in TRACE_GROUPS or group == f"past-use-{shard}"
 
 
 def evaluate(
