@@ -176,7 +176,9 @@ def test_table1_cost_model_part_and_winner_check(tmp_path):
     assert list(cost["run"]) == ["all", "farthest-future", "lru"]
     for row in cost.itertuples():
         c, n = next((c, n) for r, _, c, n in specs if r == row.run)
-        assert (row.n, row.c_ms, row.tau_ms) == pytest.approx((n, c, TAU10))
+        assert (row.n, row.c_ms, row.tau_bandwidth_ms) == pytest.approx((n, c, TAU10))
+        # tau(10) = 10 tau(1), tau(1) as the 1x run timed its own copies (none: no tau).
+        assert row.tau_ms == pytest.approx(TAU10) if n else pd.isna(row.tau_ms)
         assert row.predicted_ms == pytest.approx(c + n * TAU10)
         assert row.measured_ms_lo - 1e-9 <= row.measured_ms <= row.measured_ms_hi + 1e-9
         assert row.relative_error == pytest.approx(0, abs=1e-9) and row.within_5pct
@@ -333,6 +335,7 @@ def test_a_scaled_run_on_the_first_sequences_is_predicted_from_the_same_ones():
     for row in report["sequences"][: SEQUENCES // 2]:  # the first half copy twice as much
         row["timed_copies"] *= 2
         row["step_seconds"] += TOKENS * 3.0 * TAU1 / 1e3
+        row["copy_seconds"] += TOKENS * 3.0 * TAU1 / 1e3
     one = priced(report)
     ten_report = run_report("lru", "lru", 10.0, 6.0, TAU10, multiplier=10)
     ten_report["sequences"] = ten_report["sequences"][: SEQUENCES // 2]

@@ -15,6 +15,7 @@ from moecache.data import corpus
 from moecache.errors import MoecacheError
 from moecache.harness import bandwidth, decode, gates
 from moecache.harness.link import SlowLink
+from moecache.harness.link import resolve as link_kind
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.pooled_block import PooledMoeBlock
 from moecache.model import checkpoint
@@ -159,11 +160,11 @@ def test_offloaded_layers_are_put_back(smoke):
     assert model.model.layers[1].mlp is own
 
 
-def test_a_multiplier_moves_m_times_the_bytes(smoke, monkeypatch):
+def test_a_ring_multiplier_moves_m_times_the_bytes(smoke, monkeypatch):
     config, model, sequences = smoke
     experts = model.model.layers[1].mlp.experts
     host = HostExperts(experts, 8, "cpu")
-    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, False, 8)
+    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, False, 8, "ring")
     moved = []
     repeat = SlowLink.repeat
     monkeypatch.setattr(
@@ -177,14 +178,39 @@ def test_a_multiplier_moves_m_times_the_bytes(smoke, monkeypatch):
     assert link.at == 4  # four expert-sized blocks of the rings, each a fresh one
 
 
-def test_bandwidth_prices_a_multiplier_as_a_slower_link(smoke):
-    """Ignoring the multiplier (or serving repeats from the caches) fails here: on this
-    machine tau(10) / tau(1) comes out near 10 (a loose bound for a noisy shared CPU)."""
+def test_a_held_link_takes_m_times_the_group_and_moves_no_more_bytes(smoke):
+    """On a CPU (auto) the link holds a group of copies for m times its own time; no rings."""
     config, model, sequences = smoke
     experts = model.model.layers[1].mlp.experts
-    report = bandwidth.measure([experts], "cpu", [1, 10], ring_mib=64, rounds=8)
-    assert report["multipliers"]["10"]["ratio_to_1x"] > 6
-    assert report["tau_ms"] > 0 and report["large_gib_per_s"] > 0
+    host = HostExperts(experts, 8, "cpu")
+    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, False, 8)
+    assert link.kind == "hold" and link.nbytes == 0
+    started = time.perf_counter()
+    for slot, expert in ((0, 3), (1, 9)):
+        host.gate_up[slot].copy_(host.gate_up_host[expert])
+        host.down[slot].copy_(host.down_host[expert])
+        link.repeat(4)  # nothing: a held link waits once the group is done
+    copied = time.perf_counter() - started
+    link.hold(4, started)
+    assert time.perf_counter() - started >= 5 * copied
+    assert torch.equal(host.gate_up[0], experts.gate_up_proj[3]) and link.at == 0
+
+
+def test_a_held_link_is_refused_on_cuda():
+    with pytest.raises(MoecacheError, match="use ring"):
+        link_kind("hold", "cuda")
+    assert link_kind("auto", "cuda") == "ring" and link_kind("auto", "cpu") == "hold"
+
+
+def test_bandwidth_prices_a_multiplier_as_a_slower_link(smoke):
+    """Ignoring the multiplier (or serving repeats from the caches) fails here: tau(10) /
+    tau(1) comes out near 10 (a loose bound for a noisy shared CPU), with either link."""
+    config, model, sequences = smoke
+    experts = model.model.layers[1].mlp.experts
+    for kind, low, high in (("hold", 8, 12), ("ring", 6, 30)):
+        report = bandwidth.measure([experts], "cpu", [1, 10], ring_mib=64, rounds=8, link=kind)
+        assert low < report["multipliers"]["10"]["ratio_to_1x"] < high, kind
+        assert report["tau_ms"] > 0 and report["large_gib_per_s"] > 0 and report["link"] == kind
 
 
 @pytest.mark.parametrize("implementation", ["per-expert", "grouped_mm", "eager"])

@@ -106,8 +106,13 @@ def bandwidth_files():
 
 
 def gpu_check_files():
-    """Copy bandwidth from GPU checks run elsewhere: more device rows for Table 1."""
-    return sorted(map(str, Path("results/gpu-check").glob("*.json")))
+    """Copy bandwidth from GPU checks run elsewhere: more device rows for Table 1. Those
+    committed to the repository (measured/gpu-check) and this checkout's own."""
+    found = [
+        *Path("measured/gpu-check").glob("*.json"),
+        *Path("results/gpu-check").glob("*.json"),
+    ]
+    return sorted(map(str, found))
 
 
 PAPER_OUTPUTS = [

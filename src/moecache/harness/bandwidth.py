@@ -12,6 +12,7 @@ priced honestly has tau(m) = m tau(1).
 from __future__ import annotations
 
 import statistics
+import time
 
 import numpy as np
 import torch
@@ -22,15 +23,25 @@ from moecache.harness.timing import Stopwatch
 from moecache.policies import Plan
 
 GROUP_SIZES = (1, 2, 4, 8)
+# Before each timed group, the clock is left to run this long untouched: in a run a
+# token's copies follow its compute, never the previous group's copies (a CPU copies an
+# expert faster right after another copy), so every multiplier's groups start alike.
+GAP_SECONDS = 3e-3
 MAX_SAMPLES = 20  # per round, for the fastest multiplier
 
 
 def measure(
-    layers, device: str, multipliers, ring_mib: int, rounds: int = 15, capacity: int = 8
+    layers,
+    device: str,
+    multipliers,
+    ring_mib: int,
+    rounds: int = 15,
+    capacity: int = 8,
+    link: str = "auto",
 ) -> dict:
     """`layers`: the experts modules of the restricted layers (OlmoeExperts or alike);
     `capacity`: a run's slots per layer (its slots in all size the link's device ring, so
-    a repeat's destination is as warm as a real copy's)."""
+    a repeat's destination is as warm as a real copy's); `link`: the slower link's kind."""
     capacity = max(capacity, max(GROUP_SIZES))
     hosts = [HostExperts(experts, capacity, device) for experts in layers]
     host = hosts[0]
@@ -41,6 +52,7 @@ def measure(
         ring_mib,
         host.pinned,
         capacity * len(hosts),
+        link,
     )
     report = measure_pools(hosts, link, multipliers, capacity, rounds)
     large = large_copy_seconds(host, device)
@@ -69,6 +81,7 @@ def measure_pools(hosts, link, multipliers, capacity: int, rounds: int = 15) -> 
                     if over > 0:
                         pool.apply(Plan(evict=list(pool.slot_of)[:over]))
                     pool.clear_counts()
+                    idle(GAP_SECONDS)
                     pool.apply(Plan(admit=admit))
                     if r:
                         times[m][g].append(pool.laps[-1].seconds())
@@ -89,6 +102,7 @@ def measure_pools(hosts, link, multipliers, capacity: int, rounds: int = 15) -> 
         "group_overhead_ms": statistics.median(r["group_overhead_ms"] for r in rows.values()),
         "multipliers": rows,
         "loop_gib_per_s": host.expert_bytes / 2**30 / (one / 1e3),
+        "link": link.kind,
         "link_ring_bytes": link.nbytes,
         "rounds": rounds,
     }
@@ -116,3 +130,9 @@ def absent(pool: ExpertPool, g: int, start: int) -> tuple[list[int], int]:
             chosen.append(e % pool.num_experts)
         e += 1
     return chosen, e
+
+
+def idle(seconds: float) -> None:
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass

@@ -49,7 +49,7 @@ class Offload:
     def device_bytes(self) -> dict:
         """What the device holds while pooled: the weights left on it (the offloaded
         experts' never counted, wherever they are), the slots, the link's rings."""
-        device = self.link.device[0].device
+        device = next(iter(self.hosts.values())).device
         offloaded = {id(p) for mlp in self.own.values() for p in mlp.experts.parameters()}
         report = {
             "weights_bytes": sum(
@@ -82,10 +82,20 @@ class Arm:
 
 
 @contextlib.contextmanager
-def offloaded(model, layers, capacity: int, device: str, ring_mib: int, keep_own=False, slots=None):
+def offloaded(
+    model,
+    layers,
+    capacity: int,
+    device: str,
+    ring_mib: int,
+    keep_own=False,
+    slots=None,
+    link="auto",
+):
     """Move the restricted layers' expert weights off the device into host memory, with
     `capacity` device slots per layer; the model is put back as it was afterwards.
-    `slots`: the slots a run uses in all (the link's device ring; default all of them).
+    `slots`: the slots a run uses in all (the link's device ring; default all of them);
+    `link`: the slower link's kind (harness.slow_link, link.py).
     `keep_own`: the model's own weights stay on the device too, for an arm that runs the
     model's own blocks beside the pooled ones (the gates)."""
     own = {layer: model.model.layers[layer].mlp for layer in layers}
@@ -97,15 +107,16 @@ def offloaded(model, layers, capacity: int, device: str, ring_mib: int, keep_own
                 mlp.experts.to("cpu")  # the original weights leave the device while pooled
             hosts[layer] = HostExperts(mlp.experts, capacity, device)
         some = next(iter(hosts.values()))
-        link = SlowLink(
+        slow = SlowLink(
             some.gate_up_host[0],
             some.down_host[0],
             device,
             ring_mib,
             device.type == "cuda",
             slots or capacity * len(layers),
+            link,
         )
-        yield Offload(model, own, hosts, link)
+        yield Offload(model, own, hosts, slow)
     finally:
         for layer, mlp in own.items():
             mlp.experts.to(device)

@@ -32,8 +32,9 @@ def run(model, sequences, harness: dict, seed: int = 0) -> dict:
     runs = lossless_runs(harness["capacity"], num_experts)
     ring = harness.get("link_ring_mib", 128)
     slots = harness["capacity"] * len(layers)
+    link = harness.get("slow_link", "auto")
     with decode.offloaded(
-        model, layers, num_experts, device, ring, keep_own=True, slots=slots
+        model, layers, num_experts, device, ring, keep_own=True, slots=slots, link=link
     ) as off:
         arms = [decode.Arm("base", {})] + [
             off.arm(name, decode.policy_factory(spec, capacity, num_experts, top_k), capacity)

@@ -43,6 +43,10 @@ def ring_mib(harness: dict) -> int:
     return harness.get("link_ring_mib", DEFAULT_RING_MIB)
 
 
+def slow_link(harness: dict) -> str:
+    return harness.get("slow_link", "auto")
+
+
 def run_profile(settings, model_source, sequences_path, out) -> dict:
     """One expert copy and one token's compute, measured; held-out NLL and routing reuse."""
     model, sequences = load(settings, model_source, sequences_path)
@@ -50,7 +54,12 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
     device = harness["device"]
     layer = model.model.layers[harness["restricted_layers"][0]]
     copy = bandwidth.measure(
-        [layer.mlp.experts], device, [1], ring_mib(harness), capacity=harness["capacity"]
+        [layer.mlp.experts],
+        device,
+        [1],
+        ring_mib(harness),
+        capacity=harness["capacity"],
+        link=slow_link(harness),
     )
     token_s = profile.token_seconds(model, sequences[: harness.get("gate_sequences")], device)
     report = {
@@ -119,7 +128,13 @@ def run_decode(
     layers = harness["restricted_layers"]
     slots = harness["capacity"] * len(layers)
     with decode.offloaded(
-        model, layers, most, harness["device"], ring_mib(harness), slots=slots
+        model,
+        layers,
+        most,
+        harness["device"],
+        ring_mib(harness),
+        slots=slots,
+        link=slow_link(harness),
     ) as off:
         # Runs at a multiplier above 1 may decode only the first sequences: slow copies
         # cost most there, and equation (1) is checked on the same sequences at 1x.
@@ -235,6 +250,11 @@ def run_bandwidth(settings, model_source, out) -> dict:
         {1, *(m for spec in harness["runs"].values() for m in spec.get("multipliers", [1]))}
     )
     report = bandwidth.measure(
-        experts, harness["device"], multipliers, ring_mib(harness), capacity=harness["capacity"]
+        experts,
+        harness["device"],
+        multipliers,
+        ring_mib(harness),
+        capacity=harness["capacity"],
+        link=slow_link(harness),
     )
     return provenance.write_results(out, report, settings, harness["device"])

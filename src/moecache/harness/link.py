@@ -1,26 +1,66 @@
 """The copy multiplier as a slower link: m copies of an expert cost m times one copy.
 
-A multiplier m makes every expert copy move m times its bytes over the same path, host to
-device. The first copy is the real one, into the expert's slot; each of the other m - 1
-copies an expert-shaped block of a host ring into a block of a device ring, with the same
-calls, shapes and bytes as the real copy. Every repeat takes the next blocks. The host ring
-is larger than a last-level cache, so each repeat reads memory no cache holds, as a real
-copy reads an offloaded expert; the device ring has as many blocks as the run's slots, so
-each repeat writes memory as warm as a real copy's slot. (Repeating the copy of the same
-expert into the same slot would instead be served from a CPU's caches and price nothing
-like a slower link: measured, tau(10) was 3 x tau(1).) The rings are written once at
-start, so their pages are real memory and not the shared zero page.
+Two ways, one per kind of device (`harness.slow_link`, default `auto`):
+
+- `ring` (CUDA): every expert copy moves m times its bytes over the same path, host to
+  device. The first copy is the real one, into the expert's slot; each of the other m - 1
+  copies an expert-shaped block of a host ring into a block of a device ring, with the
+  same calls, shapes and bytes. Every repeat takes the next blocks; the host ring is
+  larger than a last-level cache, so each repeat reads memory no cache holds, as a real
+  copy reads an offloaded expert; the device ring has as many blocks as the run's slots.
+  The rings are written once at start, so their pages are real memory.
+- `hold` (CPU): a group of real copies (one token's misses at one layer) is timed on the
+  monotonic clock, and the link is then held, spinning on that clock without touching
+  memory, until m times the group's own time has passed. On a CPU the "device" shares
+  the host's caches: extra copies through a ring push m times the expert bytes through
+  the last-level cache and evict the weights the next token computes with. Measured on
+  this project's 2-core machine: LRU's compute per token went from 5.1 ms at 1x to
+  9.1 ms at 10x and 9.5 ms at 50x, a cost no GPU link has (its copies do not pass
+  through the GPU's caches on the way to the slot). A held link prices a link m times
+  slower and nothing else. It holds after the group, not after each copy, so that the
+  copies run back to back after the token's compute at every m, as at 1x: a copy after
+  an idle wait costs more than one right after another (0.037 against 0.027 ms here),
+  and holding after each copy priced 10x as 13.7x. (Repeating the copy of the same
+  expert into the same slot is no answer either: served from the caches, tau(10) was
+  3 x tau(1).)
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
+
+from moecache.errors import MoecacheError
+
+KINDS = ("auto", "ring", "hold")
+
+
+def resolve(kind: str, device) -> str:
+    """`auto` as the device's kind: `ring` on CUDA, `hold` on a CPU."""
+    device = torch.device(device)
+    if kind not in KINDS:
+        raise MoecacheError(f"harness.slow_link: {kind!r} is not one of {', '.join(KINDS)}")
+    if kind == "auto":
+        return "ring" if device.type == "cuda" else "hold"
+    if kind == "hold" and device.type == "cuda":
+        raise MoecacheError(
+            "harness.slow_link: hold times each copy on the host clock, but CUDA copies are "
+            "queued asynchronously: use ring (or auto) on a GPU"
+        )
+    return kind
 
 
 class SlowLink:
-    def __init__(self, gate_up, down, device, ring_mib: int, pin: bool, device_blocks: int):
-        """`gate_up`, `down`: one expert's two weight tensors (shapes and dtype); a host
-        ring of `ring_mib` MiB, a device ring of `device_blocks` experts."""
+    def __init__(
+        self, gate_up, down, device, ring_mib: int, pin: bool, device_blocks: int, kind="auto"
+    ):
+        """`gate_up`, `down`: one expert's two weight tensors (shapes and dtype); for a ring,
+        a host ring of `ring_mib` MiB and a device ring of `device_blocks` experts."""
+        self.kind = resolve(kind, device)
+        self.non_blocking, self.at, self.nbytes = pin, 0, 0
+        if self.kind == "hold":
+            return
         expert_bytes = (gate_up.numel() + down.numel()) * gate_up.element_size()
 
         def blocks(mib):
@@ -36,10 +76,21 @@ class SlowLink:
         host, on_device = self.host_blocks, self.device_blocks
         self.host = ring(gate_up, "cpu", host, pin), ring(down, "cpu", host, pin)
         self.device = ring(gate_up, device, on_device), ring(down, device, on_device)
-        self.non_blocking, self.at = pin, 0
+
+    def hold(self, times: int, started: float) -> None:
+        """After a group of real copies begun at `started` (time.perf_counter()): a held
+        link waits `times` times the group's time more; a ring has queued its copies."""
+        if self.kind != "hold" or times <= 0:
+            return
+        until = started + (times + 1) * (time.perf_counter() - started)
+        while time.perf_counter() < until:
+            pass
 
     def repeat(self, times: int) -> None:
-        """Queue `times` more copies of one expert's bytes, each from cold addresses."""
+        """After one real copy: a ring queues `times` more copies of one expert's bytes,
+        each from cold addresses; a held link waits once the group is done (`hold`)."""
+        if self.kind != "ring" or times <= 0:
+            return
         (host_gate_up, host_down), (gate_up, down) = self.host, self.device
         for _ in range(times):
             self.at += 1

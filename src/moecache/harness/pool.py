@@ -12,6 +12,7 @@ events on a GPU, read once the token's step has finished; the monotonic clock on
 from __future__ import annotations
 
 import copy
+import time
 
 import torch
 from torch import nn
@@ -83,12 +84,14 @@ class ExpertPool:
             return
         host = self.host
         self.watch.start()
+        started = time.perf_counter()
         for e in plan.admit:
             slot = self.free.pop()
             host.gate_up[slot].copy_(host.gate_up_host[e], non_blocking=host.pinned)
             host.down[slot].copy_(host.down_host[e], non_blocking=host.pinned)
             self.link.repeat(self.multiplier - 1)
             self.slot_of[e] = slot
+        self.link.hold(self.multiplier - 1, started)
         self.laps.append(self.watch.lap())
         self.groups += 1
         # The whole group that reaches capacity for the first time still counts as filling.

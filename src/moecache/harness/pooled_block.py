@@ -37,31 +37,41 @@ class PooledMoeBlock(nn.Module):
         x = hidden_states.reshape(-1, hidden)
         router_logits, top_weights, top_index = self.gate(x)
         probs = torch.softmax(router_logits, dtype=torch.float, dim=-1)
-        on_host = torch.cat([probs, top_index.to(probs.dtype)], dim=-1).cpu().numpy()
-        out = torch.cat(
-            [
-                self.token(x[i : i + 1], on_host[i], top_weights[i : i + 1], router_logits.dtype)
-                for i in range(len(x))
-            ]
-        )
+        if x.device.type == "cpu":  # already on the host: no copy to make
+            probs_host, index_host = probs.numpy(), top_index.numpy()
+        else:  # one transfer, the block's one host sync
+            on_host = torch.cat([probs, top_index.to(probs.dtype)], dim=-1).cpu().numpy()
+            probs_host, index_host = on_host[:, : self.num_experts], on_host[:, self.num_experts :]
+        dtype = router_logits.dtype
+        if len(x) == 1:  # decoding: one token
+            out = self.token(x, probs_host[0], index_host[0], top_weights, dtype)
+        else:
+            out = torch.cat(
+                [
+                    self.token(
+                        x[i : i + 1], probs_host[i], index_host[i], top_weights[i : i + 1], dtype
+                    )
+                    for i in range(len(x))
+                ]
+            )
         return out.reshape(batch, length, hidden)
 
-    def token(self, x, on_host: np.ndarray, top_weights, dtype) -> torch.Tensor:
-        probs, request = on_host[: self.num_experts], on_host[self.num_experts :]
-        request = request.astype(np.int64).tolist()
-        self.pool.apply(self.policy.plan(self.t, request, probs, self.pool.resident))
+    def token(self, x, probs: np.ndarray, index: np.ndarray, top_weights, dtype) -> torch.Tensor:
+        request = index.astype(np.int64).tolist()
+        pool = self.pool
+        pool.apply(self.policy.plan(self.t, request, probs, pool.resident))
         if self.policy.restricts:
             # The top_k resident experts by the router's full softmax, not renormalised.
-            resident = np.fromiter(self.pool.slot_of, dtype=np.int64)
+            resident = np.fromiter(pool.slot_of, dtype=np.int64)
             best = resident[np.argsort(-probs[resident], kind="stable")[: self.top_k]]
             used = best.tolist()
-            slots, weights = self.send([self.pool.slot_of[e] for e in used], probs[best], dtype)
+            slots, weights = self.send([pool.slot_of[e] for e in used], probs[best], dtype)
         else:
             used = request
-            slots, weights = self.send([self.pool.slot_of[e] for e in used]), top_weights
+            slots, weights = self.send([pool.slot_of[e] for e in used]), top_weights
         self.trace.append({"token": self.t, "requested": request, "used": used, "probs": probs})
         self.t += 1
-        return self.pool.kernel(x, slots, weights)
+        return pool.kernel(x, slots, weights)
 
 
 class Sender:

@@ -15,4 +15,6 @@ class AllResident(Policy):
             )
 
     def plan(self, t, request, probs, resident):
+        if len(resident) == self.num_experts:  # every token after the first
+            return Plan()
         return Plan(admit=[e for e in range(self.num_experts) if e not in resident])

@@ -11,7 +11,12 @@ fixed cost of a group apart). c comes from each run's measured step at 1x:
 so c holds the compute and the per-group overhead of the copies, and at 1x the prediction
 reproduces the measured step exactly. The prediction at multiplier m is c + n * tau(m).
 Each policy's cost is linear in tau, so the winner can change only where two lines cross,
-at tau_ij = (c_j - c_i) / (n_i - n_j).
+at tau_ij = (c_j - c_i) / (n_i - n_j). That is what `moecache choose` and Figure 1 use.
+
+The check against the runs repeated at m > 1 (`cost_rows`) predicts each from its own 1x
+run on the same sequences: tau(1) there is the time per copy as that run timed its own
+copies (after each token's compute, as they happen), and tau(m) = m tau(1), the slower
+link's definition. The bandwidth file's tau(m) is shown beside it.
 
 Intervals resample sequences (every run of a shard decodes the same sequences): a run's
 predicted ms/token is the token-weighted mean of its sequences' c_s + n_s * tau, with
@@ -45,7 +50,7 @@ TOTALS = (
     "compute_ms",
     "compute_ms_ci",
 )
-SEQUENCE_KEYS = ("sequence", "timed_tokens", "step_seconds", "timed_copies")
+SEQUENCE_KEYS = ("sequence", "timed_tokens", "step_seconds", "timed_copies", "copy_seconds")
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class MeasuredRun:
     seq_tokens: tuple = ()  # timed tokens
     seq_step_ms: tuple = ()  # ms of all its timed steps
     seq_copies: tuple = ()  # copies at its timed tokens
+    seq_copy_ms: tuple = ()  # ms of those copies, as the harness timed them
     tau1_ms: float | None = None
 
     @property
@@ -94,7 +100,14 @@ class MeasuredRun:
             seq_tokens=tuple(self.seq_tokens[i] for i in keep),
             seq_step_ms=tuple(self.seq_step_ms[i] for i in keep),
             seq_copies=tuple(self.seq_copies[i] for i in keep),
+            seq_copy_ms=tuple(self.seq_copy_ms[i] for i in keep),
         )
+
+    @property
+    def own_tau_ms(self) -> float | None:
+        """The time per copy as this run timed its own copies (None without copies)."""
+        copies = sum(self.seq_copies)
+        return sum(self.seq_copy_ms) / copies if copies else None
 
     def priced(self, tau1_ms: float) -> MeasuredRun:
         """This run with this machine's tau(1), which sets its c."""
@@ -185,6 +198,7 @@ def point(report: dict, tau1_ms: float | None = None, path=None) -> MeasuredRun:
         seq_tokens=tuple(r["timed_tokens"] for r in rows),
         seq_step_ms=tuple(1e3 * r["step_seconds"] for r in rows),
         seq_copies=tuple(r["timed_copies"] for r in rows),
+        seq_copy_ms=tuple(1e3 * r["copy_seconds"] for r in rows),
     )
     return run if tau1_ms is None else run.priced(tau1_ms)
 
@@ -356,10 +370,13 @@ def overlap(a, b) -> bool:
 def cost_rows(
     points: list[MeasuredRun], scaled: list[MeasuredRun], taus: dict
 ) -> tuple[list[dict], list[str]]:
-    """One row per run repeated at a multiplier m > 1: n and c from its 1x run, tau(m), the
-    predicted ms/token c + n tau(m), the measured one with its interval, the relative error
-    (predicted / measured - 1) and whether it is within 5%. Also the scaled runs left out
-    (no 1x run)."""
+    """One row per run repeated at a multiplier m > 1, predicted from its 1x run on the
+    same sequences: n its copies per timed token, tau(1) the time per copy as that run
+    timed its own copies, c its step less those copies, and the predicted ms/token
+    c + n m tau(1) (a link m times slower); the measured one with its interval, the
+    relative error (predicted / measured - 1) and whether it is within 5%. `taus`: the
+    bandwidth file's tau(m), shown beside (copies timed back to back, apart from a run's
+    compute, need not cost what a run's own do). Also the scaled runs left out (no 1x run)."""
     by_run = {p.run: p for p in points}
     rows, orphans = [], []
     for s in sorted(scaled, key=lambda s: (s.multiplier, s.run)):
@@ -368,16 +385,19 @@ def cost_rows(
             orphans.append(f"{s.run} at {s.multiplier:g}x")
             continue
         base = base.on(s.sequences)  # the same sequences at 1x
-        tau = taus[s.multiplier]
-        predicted = base.ms_per_token(tau)
+        tau1 = base.own_tau_ms  # None: no copies, nothing for the link to slow
+        c = base.step_ms - base.n * (tau1 or 0.0)
+        predicted = c + base.n * s.multiplier * (tau1 or 0.0)
         error = predicted / s.step_ms - 1
         rows.append(
             {
                 "multiplier": s.multiplier,
                 "run": s.run,
                 "n": base.n,
-                "c_ms": base.compute_ms,
-                "tau_ms": tau,
+                "c_ms": c,
+                "tau1_ms": tau1,
+                "tau_ms": None if tau1 is None else s.multiplier * tau1,
+                "tau_bandwidth_ms": taus.get(s.multiplier),
                 "predicted_ms": predicted,
                 "measured_ms": s.step_ms,
                 "measured_ms_lo": s.step_ms_ci[0],

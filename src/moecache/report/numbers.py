@@ -253,6 +253,7 @@ def bandwidth_section(workdir: Path, files: Sequence[Path] | None = None) -> str
         per_device.append(
             (
                 device,
+                r.get("link", "ring"),
                 count(r["expert_bytes"]),
                 sig(r["loop_gib_per_s"]),
                 sig(r.get("large_gib_per_s")),
@@ -273,6 +274,7 @@ def bandwidth_section(workdir: Path, files: Sequence[Path] | None = None) -> str
             table(
                 (
                     "device",
+                    "slower link (harness.slow_link)",
                     "expert bytes",
                     "per-expert copy loop (GiB/s)",
                     "one large copy (GiB/s)",
