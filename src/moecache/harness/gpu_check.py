@@ -56,7 +56,7 @@ EXPERTS_IMPLEMENTATION = "per-expert"
 # As the harness tests' smoke fixture: without it a random model's logits hardly depend on
 # which experts computed the token, and the exactness gates would test nothing.
 SCALE = {"gate_up_proj": 20.0, "down_proj": 50.0, "lm_head": 20.0}
-SEQUENCES, TOKENS = 4, 64
+SEQUENCES, TOKENS = 8, 128  # enough tokens that the pooled/own ratio is told from 0.95
 DTYPES = ("float32", "bfloat16")
 HARNESS = {
     "restricted_layers": [1, 2],

@@ -58,7 +58,8 @@ class SlowLink:
         """`gate_up`, `down`: one expert's two weight tensors (shapes and dtype); for a ring,
         a host ring of `ring_mib` MiB and a device ring of `device_blocks` experts."""
         self.kind = resolve(kind, device)
-        self.non_blocking, self.at, self.nbytes = pin, 0, 0
+        # nbytes: what the link holds on the device (its device ring), host_bytes: on the host.
+        self.non_blocking, self.at, self.nbytes, self.host_bytes = pin, 0, 0, 0
         if self.kind == "hold":
             return
         expert_bytes = (gate_up.numel() + down.numel()) * gate_up.element_size()
@@ -72,7 +73,8 @@ class SlowLink:
 
         self.host_blocks = blocks(ring_mib)
         self.device_blocks = max(2, device_blocks)
-        self.nbytes = (self.host_blocks + self.device_blocks) * expert_bytes
+        self.nbytes = self.device_blocks * expert_bytes
+        self.host_bytes = self.host_blocks * expert_bytes
         host, on_device = self.host_blocks, self.device_blocks
         self.host = ring(gate_up, "cpu", host, pin), ring(down, "cpu", host, pin)
         self.device = ring(gate_up, device, on_device), ring(down, device, on_device)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from moecache.harness.pool import ExpertPool
+from moecache.model.kernel import PER_EXPERT
 
 
 class PooledMoeBlock(nn.Module):
@@ -22,7 +23,10 @@ class PooledMoeBlock(nn.Module):
         self.gate = mlp.gate  # OlmoeTopKRouter: softmax in fp32, top-k, OLMoE's weights
         self.pool, self.policy = pool, policy
         self.top_k, self.num_experts = mlp.gate.top_k, mlp.gate.num_experts
-        self.send = Sender(self.top_k, pool.host.device)
+        # The per-expert kernel reads the slot ids on the host: given there, the block's
+        # own transfer of the routing is its one host sync per token and layer.
+        host_ids = getattr(pool.kernel.config, "_experts_implementation", None) == PER_EXPERT
+        self.send = Sender(self.top_k, pool.host.device, host_ids)
         self.t, self.trace = 0, []
 
     def reset(self, future=None) -> None:
@@ -76,10 +80,11 @@ class PooledMoeBlock(nn.Module):
 
 class Sender:
     """Slot ids (and weights) of one token to the device without a host sync: through a
-    pinned staging buffer on a GPU, whose previous copy the block's one sync has waited for."""
+    pinned staging buffer on a GPU, whose previous copy the block's one sync has waited for.
+    `host_ids`: the kernel reads the slot ids on the host, so they stay there."""
 
-    def __init__(self, top_k: int, device: torch.device):
-        self.device, self.cuda = device, device.type == "cuda"
+    def __init__(self, top_k: int, device: torch.device, host_ids: bool = False):
+        self.device, self.cuda, self.host_ids = device, device.type == "cuda", host_ids
         if self.cuda:
             self.slots_host = torch.empty((1, top_k), dtype=torch.int64).pin_memory()
             self.weights_host = torch.empty((1, top_k), dtype=torch.float32).pin_memory()
@@ -88,8 +93,11 @@ class Sender:
         if not self.cuda:
             sent = torch.tensor([slots])
             return sent if weights is None else (sent, torch.from_numpy(weights)[None].to(dtype))
-        self.slots_host[0].copy_(torch.tensor(slots))
-        sent = self.slots_host.to(self.device, non_blocking=True)
+        if self.host_ids:
+            sent = torch.tensor([slots])
+        else:
+            self.slots_host[0].copy_(torch.tensor(slots))
+            sent = self.slots_host.to(self.device, non_blocking=True)
         if weights is None:
             return sent
         self.weights_host[0].copy_(torch.from_numpy(weights))
