@@ -192,6 +192,7 @@ rule numbers:
         model=built("results/model"),
         gates=expand("results/gates/{shard}.json", shard=SHARDS),
         bandwidth=bandwidth_files(),
+        gpu_check=gpu_check_files(),
         runs=runs_at_1x(FIRST_SHARD),
         cost_model="figures/table1_cost_model.csv",
         table1="figures/table1.md",

@@ -25,7 +25,17 @@ from pathlib import Path
 from moecache.atomic import write_text
 from moecache.errors import MoecacheError
 
-NAMES = ("model", "gates", "bandwidth", "runs", "cost_model", "replay", "learned", "runtime")
+NAMES = (
+    "model",
+    "gates",
+    "bandwidth",
+    "gpu_check",
+    "runs",
+    "cost_model",
+    "replay",
+    "learned",
+    "runtime",
+)
 
 # Table 1's lines that state the cost model's verdict (figures/table1.md).
 VERDICT_PREFIXES = ("At ", "Every run within")
@@ -283,6 +293,75 @@ def bandwidth_section(workdir: Path, files: Sequence[Path] | None = None) -> str
             ),
         ]
     )
+
+
+GPU_CHECK_FOLDERS = ("measured/gpu-check", "results/gpu-check")  # committed, this checkout's
+
+
+def gpu_check_section(workdir: Path) -> str:
+    """Per `make gpu-check` results file (committed ones and this checkout's): the gates in
+    each dtype, the pooled/own ratio with its interval, the device memory held against
+    torch's allocation, copy time per multiplier, the paper-sized layer."""
+    files = sorted(p for folder in GPU_CHECK_FOLDERS for p in (workdir / folder).glob("*.json"))
+    if not files:
+        return "No GPU check results (`make gpu-check` writes them on a CUDA machine)."
+    parts = []
+    for path in files:
+        r = read(path, "a GPU check")
+        versions = r.get("versions", {})
+        rows = [
+            ("device", r["device_name"]),
+            ("file", f"`{path.relative_to(workdir)}`"),
+            ("torch, transformers", f"{versions.get('torch')}, {versions.get('transformers')}"),
+            ("seconds for the whole check", fixed(r["seconds"], 0)),
+        ]
+        for dtype, g in r["gates"].items():
+            if "error" in g:
+                rows.append((f"gates {dtype}", f"raised {g['error']}"))
+                continue
+            low, high = g["throughput_ratio_ci"]
+            failed = "; ".join(g["failures"]).replace("|", "\\|") or "none"
+            rows += [
+                (
+                    f"{dtype}: base NLL, batched NLL",
+                    f"{g['base']['nll']:.5f}, {g['batched_nll']:.5f}",
+                ),
+                (
+                    f"{dtype}: lossless runs' NLL - base NLL (largest)",
+                    small(max(abs(x["nll"] - g["base"]["nll"]) for x in g["runs"].values())),
+                ),
+                (
+                    f"{dtype}: pooled / own block tokens/s",
+                    f"{fixed(g['throughput_ratio_pool_vs_own_block'], 3)} (95% "
+                    f"{fixed(low, 3)}-{fixed(high, 3)})",
+                ),
+                (f"{dtype}: gate failures", failed),
+            ]
+        for dtype, m in r["memory"].items():
+            if "error" not in m:
+                rows.append(
+                    (
+                        f"{dtype}: device bytes held pooled (weights + slots), allocated, "
+                        "allocated - expected",
+                        f"{count(m['held_bytes'])}, {count(m.get('allocated_pooled_bytes'))}, "
+                        f"{count(m.get('allocated_pooled_excess_bytes'))}",
+                    )
+                )
+        for what, b in (("smoke experts", r["bandwidth"]), ("paper layer", r["paper_layer"])):
+            if b and "multipliers" in b:
+                taus = ", ".join(
+                    f"{m}x {sig(row['tau_ms'])} ms ({fixed(row['ratio_to_1x'], 1)}x)"
+                    for m, row in b["multipliers"].items()
+                )
+                rows.append(
+                    (
+                        f"{what}: {count(b['expert_bytes'])} bytes an expert",
+                        f"tau {taus}; per-expert loop {sig(b['loop_gib_per_s'])} GiB/s, one "
+                        f"large copy {sig(b['large_gib_per_s'])} GiB/s",
+                    )
+                )
+        parts.append(table(("measure", "value"), rows))
+    return "\n\n".join(parts)
 
 
 def runs_section(workdir: Path, shard: str, files: Sequence[Path] | None = None) -> str:
@@ -731,6 +810,7 @@ def build(
         "model": lambda: model_section(workdir),
         "gates": lambda: gates_section(workdir, shards),
         "bandwidth": lambda: bandwidth_section(workdir, bandwidth),
+        "gpu_check": lambda: gpu_check_section(workdir),
         "runs": lambda: runs_section(workdir, shards[0], runs),
         "cost_model": lambda: cost_model_section(workdir),
         "replay": lambda: replay_section(workdir, shards),
