@@ -151,6 +151,7 @@ def final_outputs():
         *decode_outputs(),
         *replay_outputs(),
         *learned_evaluation(),
+        *router_measured(),  # router_tuning.smk
         *PAPER_OUTPUTS,
     ]
 
