@@ -2,45 +2,10 @@
 # fine-tuned with trl and LoRA, merged into safetensors weights, then every model (the
 # untuned base too) measured in the harness; Table 3 from those measurements.
 
-# Without the section its helpers give nothing, so none of its jobs is needed and Table 3
-# keeps its placeholder.
-ROUTER = config.get("router_tuning") or {}
-ROUTER_EMBEDDED = ROUTER.get("source") == "embedded"
-ROUTER_VARIANTS = ["sft", "hit", "tag", "harness"]
-
 
 wildcard_constraints:
     variant="sft|hit|tag|harness",
     measured="base|sft|hit|tag|harness",
-
-
-def router_base(name):
-    """The untuned model (and tokenizer) the stage starts from: this workflow's, or the
-    source the section names."""
-    if not ROUTER_EMBEDDED:
-        return lambda wildcards, input: ROUTER["source"]
-    return lambda wildcards, input: str(input[name])
-
-
-def router_model(wildcards):
-    if wildcards.measured == "base":
-        return built("results/model") if ROUTER_EMBEDDED else []
-    return [f"results/router_tuning/{wildcards.measured}"]
-
-
-def router_model_path(wildcards, input):
-    if wildcards.measured != "base":
-        return f"{input.model}/model"
-    return input.model if ROUTER_EMBEDDED else ROUTER["source"]
-
-
-def router_measured():
-    if not ROUTER:
-        return []
-    return expand(
-        "results/router_tuning/measured/{measured}.json",
-        measured=["base", *ROUTER_VARIANTS],
-    )
 
 
 rule router_train:
@@ -88,11 +53,7 @@ rule router_measure:
     params:
         settings=settings("corpus", "model", "harness", "router_tuning"),
         model=router_model_path,
-        tokenizer=lambda wildcards, input: (
-            router_model_path(wildcards, input)
-            if wildcards.measured != "base" or not ROUTER_EMBEDDED
-            else str(input.tokenizer)
-        ),
+        tokenizer=router_tokenizer_path,
     shell:
         "moecache router-measure --settings {params.settings:q} --name {wildcards.measured}"
         " --model {params.model:q} --tokenizer {params.tokenizer:q}"

@@ -321,7 +321,18 @@ def table3(router=()) -> Table:
 
 def verdicts(found: dict, base: dict) -> list[str]:
     """Whether a measured gain reaches half the simulated gain: on own generations (for the
-    simulator's variants) and on held-out text (for the harness-copies variant)."""
+    simulator's variants) and on held-out text (for the harness-copies variant). Gains are
+    counted beyond the SFT control's when it was measured: fine-tuning alone also changes
+    what a model generates (and how often it repeats itself)."""
+    reference = found.get("sft", base)
+    against = "the SFT control" if "sft" in found else "the base"
+
+    def change(r, text, key, relative=False):
+        mine, theirs, untuned = (m[text][key] for m in (r, reference, base))
+        if relative:
+            return mine / untuned - 1, theirs / untuned - 1
+        return mine - untuned, theirs - untuned
+
     lines = []
     for name in ("hit", "tag", "harness"):
         if name not in found or not (found[name]["training"] or {}).get("log_reward"):
@@ -329,19 +340,15 @@ def verdicts(found: dict, base: dict) -> list[str]:
         r, training = found[name], found[name]["training"]
         logged = training["log_sim_hit_rate"]
         simulated = logged["end"] - logged["start"]
-        held = (
-            r["teacher_forced"]["trained_layer_hit_rate"]
-            - base["teacher_forced"]["trained_layer_hit_rate"]
-        )
-        own = (
-            r["own_generations"]["trained_layer_hit_rate"]
-            - base["own_generations"]["trained_layer_hit_rate"]
-        )
-        lru = r["teacher_forced"]["lru_steady"] / base["teacher_forced"]["lru_steady"] - 1
+        held, _ = change(r, "teacher_forced", "trained_layer_hit_rate")
+        own, own_ref = change(r, "own_generations", "trained_layer_hit_rate")
+        lru, lru_ref = change(r, "teacher_forced", "lru_steady", relative=True)
+        label = ROUTER_OBJECTIVES[name].removeprefix("+ ").capitalize()  # no Markdown bullet
         line = (
-            f"{ROUTER_OBJECTIVES[name]}: logged simulated hit rate {simulated:+.3f}; harness "
-            f"hit rate at the trained layer {held:+.3f} on held-out text, {own:+.3f} on its "
-            f"own generations; LRU copies {lru:+.1%} against the base."
+            f"{label}: logged simulated hit rate {simulated:+.3f}; harness "
+            f"hit rate at the trained layer against the base {held:+.3f} on held-out text, "
+            f"{own:+.3f} on its own generations ({against}: {own_ref:+.3f}); LRU copies "
+            f"{lru:+.1%} against the base ({against}: {lru_ref:+.1%})."
         )
         if name == "harness":
             reward = training["log_reward"]
@@ -351,15 +358,18 @@ def verdicts(found: dict, base: dict) -> list[str]:
             if logged_copies >= 0:
                 line += "the log shows no fall, so there is no gap to close."
             else:
-                closes = lru <= logged_copies / 2
-                line += f"the measured change reaches half of that: {'yes' if closes else 'no'}."
+                closes = lru - lru_ref <= logged_copies / 2
+                line += (
+                    f"the measured change beyond {against} reaches half of that: "
+                    f"{'yes' if closes else 'no'}."
+                )
         elif simulated <= 0:
             line += " The log shows no simulated gain, so there is no gap to close."
         else:
-            closes = own >= simulated / 2
+            closes = own - own_ref >= simulated / 2
             line += (
-                " Measuring on its own generations reaches half the simulated gain: "
-                f"{'yes' if closes else 'no'}."
+                f" Measured on its own generations, its gain beyond {against} reaches half "
+                f"the simulated gain: {'yes' if closes else 'no'}."
             )
         lines.append(line)
     return lines
