@@ -22,6 +22,7 @@ include: "workflow/rules/model.smk"
 include: "workflow/rules/harness.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/learned.smk"
+include: "workflow/rules/router_tuning.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -8,7 +8,7 @@ import sys
 
 from conftest import REPO
 
-STAGES = ("data", "model", "harness", "replay", "learned", "report")
+STAGES = ("data", "model", "harness", "replay", "learned", "router_tuning", "report")
 
 
 def test_one_folder_per_rule_file():

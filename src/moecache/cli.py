@@ -414,6 +414,38 @@ def cmd_learned_evaluate(args):
     emit(args, report, lines, sources, provenance_of(settings))
 
 
+ROUTER_SECTIONS = ("corpus", "model", "harness", "router_tuning")
+
+
+def cmd_router_train(args):
+    from moecache.router_tuning import stage
+
+    settings = load_settings(args, ROUTER_SECTIONS)
+    done = stage.fine_tune(
+        settings, args.variant, args.model, args.tokenizer, args.text, args.out_dir
+    )
+    hit = done["greedy_sim_hit_rate"]
+    print(
+        f"router {args.variant}: {done['steps']} steps, simulated hit rate (greedy) "
+        f"{hit['start']:.3f} -> {hit['end']:.3f}, merged logits within "
+        f"{done['merge_max_logit_gap']:.1e}, {done['seconds']:.1f} s"
+    )
+
+
+def cmd_router_measure(args):
+    from moecache.router_tuning import stage
+
+    settings = load_settings(args, ROUTER_SECTIONS)
+    done = stage.measure(settings, args.name, args.model, args.tokenizer, args.sequences, args.out)
+    for text in ("teacher_forced", "own_generations"):
+        row = done[text]
+        print(
+            f"router {args.name} {text}: NLL {row['nll']:.4f}, LRU {row['lru_steady']}, "
+            f"decayed frequency {row['decayed_frequency_steady']}, trained layer "
+            f"{row['trained_layer_steady']} (hit rate {row['trained_layer_hit_rate']:.3f})"
+        )
+
+
 def provenance_of(settings):
     from moecache import provenance
 
@@ -641,6 +673,20 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--closed-loop", nargs="*", default=[], type=Path, help="closed-loop runs")
 
+    for name, func, what in (
+        ("router-train", cmd_router_train, "fine-tune and merge one router variant"),
+        ("router-measure", cmd_router_measure, "one model's copies in the harness"),
+    ):
+        p = with_settings(command(name, func, what))
+        on_model(p, "--tokenizer")
+    p.add_argument("--name", required=True, help="base, sft, hit, tag or harness")
+    p.add_argument("--sequences", required=True, type=Path, help="held-out sequences")
+    p.add_argument("--out", required=True, type=Path)
+    p = sub.choices["router-train"]
+    p.add_argument("--variant", required=True, help="sft, hit, tag or harness")
+    p.add_argument("--text", required=True, type=Path, help="the corpus's training part")
+    p.add_argument("--out-dir", required=True, type=Path)
+
     def paper_inputs(p):
         p.add_argument("name", help="table1, table2, ... or fig1, fig2")
         p.add_argument("--out-dir", type=Path, default=Path("figures"))
@@ -655,6 +701,7 @@ def parser() -> argparse.ArgumentParser:
             ("replication", "decode results at 1x, second shard"),
             ("gpu_check", "GPU check results (their bandwidth rows: more devices)"),
             ("learned", "moecache learned-evaluate results"),
+            ("router", "moecache router-measure results"),
         ):
             flag = "--" + role.replace("_", "-")
             p.add_argument(flag, nargs="*", type=Path, default=[], help=what)

@@ -90,6 +90,7 @@ def check(config: dict) -> None:
     check_runs(config)
     check_replay(config)
     check_learned(config)
+    check_router_tuning(config)
     heldout = config["corpus"]["heldout"]
     if heldout["max_tokens"] > arch["max_position_embeddings"]:
         raise ConfigError(
@@ -254,3 +255,40 @@ def check_learned(config: dict) -> None:
             raise ConfigError(f"{where}.closed_loop: {name}: that group trains no {kind}")
         if group.startswith("past-use-") and group[9:] not in corpus["heldout"]["shards"]:
             raise ConfigError(f"{where}.closed_loop: {name}: no held-out shard {group[9:]!r}")
+
+
+def check_router_tuning(config: dict) -> None:
+    """The simulated layer is measured, the cache sizes fit the model, the prompts fit."""
+    tuning = config.get("router_tuning")
+    if tuning is None:
+        return
+    where = "config key router_tuning"
+    arch, harness = config["model"]["architecture"], config["harness"]
+    if tuning["source"] == "embedded" and not embedded(config):
+        raise ConfigError(f"{where}.source: embedded needs model.source embedded")
+    if not embedded(config) and "trace_sequences" not in config["corpus"]:
+        raise ConfigError("config key corpus.trace_sequences: router_tuning prompts need it")
+    if tuning["layer"] not in harness["restricted_layers"]:
+        raise ConfigError(
+            f"{where}.layer: {tuning['layer']} is not one of harness.restricted_layers "
+            f"{harness['restricted_layers']} (its copies are measured there)"
+        )
+    top_k, experts = arch["num_experts_per_tok"], arch["num_experts"]
+    for key, sizes in (("capacity", [tuning["capacity"]]), ("cache_sizes", tuning["cache_sizes"])):
+        for size in sizes:
+            if not top_k <= size <= experts:
+                raise ConfigError(
+                    f"{where}.{key}: {size} outside top-k {top_k} .. num_experts {experts}"
+                )
+    longest = tuning["prompt_tokens"] + tuning["completion_tokens"] + 16  # 16: the tag
+    if longest > arch["max_position_embeddings"]:
+        raise ConfigError(
+            f"{where}.prompt_tokens: with completion_tokens, {longest} exceeds "
+            f"max_position_embeddings {arch['max_position_embeddings']}"
+        )
+    if tuning["measure_sequences"] > config["corpus"]["heldout"]["sequences"]:
+        raise ConfigError(f"{where}.measure_sequences: more than a shard's sequences")
+    if tuning["generation_prompts"] > tuning["measure_sequences"]:
+        raise ConfigError(f"{where}.generation_prompts: more than measure_sequences")
+    if tuning["eval_prompts"] > tuning["prompts"]:
+        raise ConfigError(f"{where}.eval_prompts: more than prompts")

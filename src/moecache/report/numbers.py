@@ -11,7 +11,8 @@ Sections: `model` (the trained model and what a copy and a token cost), `gates` 
 exactness gates per shard), `bandwidth` (copy time per multiplier), `runs` (every run at 1x
 on the first shard), `cost_model` (Table 1's cost-model check), `replay` (trace replay,
 bounds, foresight, the sweep and the replay benchmark), `learned` (the learned eviction
-scorers' share of the gap) and `runtime` (seconds per stage, summed from `benchmarks/`).
+scorers' share of the gap), `router_tuning` (Table 3's copies and the gap verdicts) and
+`runtime` (seconds per stage, summed from `benchmarks/`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ NAMES = (
     "cost_model",
     "replay",
     "learned",
+    "router_tuning",
     "runtime",
 )
 
@@ -749,6 +751,53 @@ def learned_section(workdir: Path) -> str:
     return "\n\n".join(part for part in (table(header, rows), summary, dagger) if part)
 
 
+def router_tuning_section(workdir: Path) -> str:
+    """Table 3's copies per model beside the base, the logged and measured hit rates, and
+    whether either explanation of the null result closes the gap (Table 3's own lines)."""
+    from moecache.report import tables
+
+    found = sorted((workdir / "results/router_tuning/measured").glob("*.json"))
+    if not found:
+        return "No router fine-tuning in this run (the config has no `router_tuning` section)."
+    made = tables.table3(found)
+    main, hits = made.parts[""], made.parts["simulated_vs_measured"].set_index("objective")
+    base = main.iloc[0]
+    rows = []
+    for _, row in main.iterrows():
+        hit = hits.loc[row["objective"]]
+        logged = (
+            f"{fixed(hit['logged_sim_hit_rate_start'], 3)} to "
+            f"{fixed(hit['logged_sim_hit_rate_end'], 3)}"
+            if not math.isnan(hit["logged_sim_hit_rate_start"])
+            else ""
+        )
+        rows.append(
+            (
+                row["objective"],
+                "not comparable" if math.isnan(row["base_nll"]) else fixed(row["base_nll"], 3),
+                f"{count(row['lru'])} ({row['lru'] / base['lru'] - 1:+.1%})",
+                count(row["lru_lfu_eviction"]),
+                count(row["trained_layer"]),
+                logged,
+                fixed(hit["harness_hit_rate_heldout"], 3),
+                fixed(hit["harness_hit_rate_own"], 3),
+            )
+        )
+    header = (
+        "objective",
+        "NLL",
+        "LRU copies (vs base)",
+        "LRU+LFU eviction",
+        "trained layer",
+        "logged sim. hit rate",
+        "harness hit rate, held out",
+        "own generations",
+    )
+    verdicts = [line for line in made.notes if line.endswith(("yes.", "no.", "to close."))]
+    steps = int(hits["steps"].max())
+    return "\n\n".join([table(header, rows), f"{steps} steps per variant.", *verdicts])
+
+
 # (family, test on the benchmark's path under benchmarks/), first match wins.
 FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     (
@@ -764,6 +813,7 @@ FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     ("replay benchmark", lambda p: p == "replay/benchmark.tsv"),
     ("replay, bounds, foresight", lambda p: p.startswith("replay/")),
     ("learned eviction", lambda p: p.startswith("learned/")),
+    ("router fine-tuning", lambda p: p.startswith("router_tuning/")),
     ("tables and figures", lambda p: p.startswith("figures/")),
     ("other", lambda p: True),
 ]
@@ -815,6 +865,7 @@ def build(
         "cost_model": lambda: cost_model_section(workdir),
         "replay": lambda: replay_section(workdir, shards),
         "learned": lambda: learned_section(workdir),
+        "router_tuning": lambda: router_tuning_section(workdir),
         "runtime": lambda: runtime_section(workdir),
     }
     sections = {}
