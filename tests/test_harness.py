@@ -147,6 +147,29 @@ def test_arms_take_turns_and_the_recorded_arm_goes_first():
     assert orders == [["a", "ff", "b", "c"], ["a", "b", "c", "ff"], ["a", "c", "ff", "b"]]
 
 
+def test_arms_decoded_token_by_token_count_as_alone_and_never_two_pools(smoke):
+    """The gates compare the own block with the pool token by token: each arm's NLL, copies
+    and trace are what it gives decoded alone; two pooled arms (which share slots) are
+    refused."""
+    config, model, sequences = smoke
+    ids = sequences[0][:24]
+    with decode.offloaded(model, [1, 2], 16, "cpu", 8, keep_own=True) as off:
+        lru, every = arms_of(off, config, ["lru", "all"])
+        base = decode.Arm("base", {})
+        together = decode.decode_tokens(model, [base, every], ids, "cpu", off.own, turn=1)
+        alone = {}
+        for arm in (base, every):
+            decode.use(model, arm, off.own)
+            alone[arm.name] = decode.decode_one(model, arm, ids, "cpu")
+        decode.use(model, base, off.own)
+        for name in ("base", "all"):
+            for key in ("nll_sum", "timed_copies", "fills", "steady"):
+                assert together[name][key] == pytest.approx(alone[name][key], abs=1e-6), key
+        assert together["all"]["fills"] == 2 * 16 and together["base"]["timed_copies"] == 0
+        with pytest.raises(MoecacheError, match="share the slot storage"):
+            decode.decode_tokens(model, [lru, every], ids, "cpu", off.own)
+
+
 def test_offloaded_layers_are_put_back(smoke):
     config, model, sequences = smoke
     own = model.model.layers[1].mlp

@@ -150,43 +150,72 @@ def batched_nll(model, sequences, device) -> float:
     return sum(batched_nll_sums(model, sequences, device)) / sum(len(s) - 1 for s in sequences)
 
 
-@torch.inference_mode()
 def decode_one(model, arm: Arm, ids, device, future=None) -> dict:
     """One sequence under `arm` (its blocks already in the model); `future[layer]`: the
     sequence's recorded demand, for policies that read it."""
+    return decode_tokens(model, [arm], ids, device, futures={arm.name: future})[arm.name]
+
+
+@torch.inference_mode()
+def decode_tokens(model, arms: list[Arm], ids, device, own=None, futures=None, turn=0) -> dict:
+    """One sequence under each of `arms`, token by token: every arm decodes token t, in an
+    order rotating with t, before any decodes t + 1, each with its own KV cache, so that
+    drift at any time scale falls on all of them alike. With `own` each arm's blocks are
+    put into the model before each of its tokens (without, the one arm's are in already).
+    Arms decoded together must not share slots: at most one of them is pooled."""
     from transformers import DynamicCache
 
+    if sum(bool(arm.blocks) for arm in arms) > 1:
+        raise MoecacheError(
+            f"arms {', '.join(a.name for a in arms)}: more than one is pooled, and pooled "
+            "arms of one process share the slot storage: decode them one after another"
+        )
+    if len(arms) > 1 and own is None:
+        raise MoecacheError("decoding several arms token by token needs the model's own blocks")
+    futures = futures or {}
     watch = Stopwatch(device)
-    pools = [block.pool for block in arm.blocks.values()]
-    for layer, block in arm.blocks.items():
-        block.reset(future[layer] if future else None)
-        block.pool.clear_counts()
-    cache = DynamicCache(config=model.config)
+    state = {}
+    for arm in arms:
+        future = futures.get(arm.name)
+        for layer, block in arm.blocks.items():
+            block.reset(future[layer] if future else None)
+            block.pool.clear_counts()
+        pools = [block.pool for block in arm.blocks.values()]
+        state[arm.name] = {"pools": pools, "cache": DynamicCache(config=model.config)}
+        state[arm.name].update(nll_sum=0.0, step_seconds=0.0, first_fills=0)
     x = torch.tensor([ids], device=device)
-    nll_sum, step_seconds, first_fills = 0.0, 0.0, 0
     for t in range(len(ids)):
-        watch.start()
-        logits = model(input_ids=x[:, t : t + 1], cache=cache, use_cache=True).logits
-        seconds = watch.stop()  # waits for the device, so the copy timers can be read
-        if t + 1 < len(ids):
-            nll_sum -= torch.log_softmax(logits[0, -1].float(), -1)[ids[t + 1]].item()
-        if t == 0:  # the first token fills the empty pool and is not timed
-            first_fills = sum(p.fills for p in pools)
-            for pool in pools:
-                pool.clear_counts()
-        else:
-            step_seconds += seconds
-    timed_copies = sum(p.fills + p.steady for p in pools)
+        k = (t + turn) % len(arms)
+        for arm in arms[k:] + arms[:k]:
+            s = state[arm.name]
+            if own is not None:
+                use(model, arm, own)
+            watch.start()
+            logits = model(input_ids=x[:, t : t + 1], cache=s["cache"], use_cache=True).logits
+            seconds = watch.stop()  # waits for the device, so the copy timers can be read
+            if t + 1 < len(ids):
+                s["nll_sum"] -= torch.log_softmax(logits[0, -1].float(), -1)[ids[t + 1]].item()
+            if t == 0:  # the first token fills the empty pool and is not timed
+                s["first_fills"] = sum(p.fills for p in s["pools"])
+                for pool in s["pools"]:
+                    pool.clear_counts()
+            else:
+                s["step_seconds"] += seconds
+    return {arm.name: sequence_row(ids, state[arm.name]) for arm in arms}
+
+
+def sequence_row(ids, s: dict) -> dict:
+    pools = s["pools"]
     return {
         "tokens": len(ids),
-        "nll_sum": nll_sum,
+        "nll_sum": s["nll_sum"],
         "scored": len(ids) - 1,
         "timed_tokens": len(ids) - 1,
-        "step_seconds": step_seconds,
+        "step_seconds": s["step_seconds"],
         "copy_seconds": sum(lap.seconds() for p in pools for lap in p.laps),
-        "timed_copies": timed_copies,
+        "timed_copies": sum(p.fills + p.steady for p in pools),
         "copy_groups": sum(p.groups for p in pools),
-        "fills": first_fills + sum(p.fills for p in pools),
+        "fills": s["first_fills"] + sum(p.fills for p in pools),
         "steady": sum(p.steady for p in pools),
     }
 
@@ -201,18 +230,28 @@ def order(arms: list[Arm], turn: int) -> list[Arm]:
 
 
 def decode(
-    model, sequences, device, arms: list[Arm], own: dict, warmup_tokens=16, repeats=1, seed=0
+    model,
+    sequences,
+    device,
+    arms: list[Arm],
+    own: dict,
+    warmup_tokens=16,
+    repeats=1,
+    seed=0,
+    lockstep=False,
 ) -> dict[str, dict]:
-    """Decode every sequence under every arm, interleaved; results per arm name."""
+    """Decode every sequence under every arm, interleaved; results per arm name.
+    `lockstep`: interleaved token by token (decode_tokens), not sequence by sequence."""
     names = {arm.name for arm in arms}
     for arm in arms:
         if arm.future_of is not None and arm.future_of not in names:
             raise MoecacheError(f"run {arm.name}: reads the demand of {arm.future_of}, not here")
     try:
         # A global warm-up, not counted: every arm decodes the first tokens once.
-        one_pass(model, [sequences[0][: warmup_tokens + 1]], device, arms, own, 0, None)
+        passes = lockstep_pass if lockstep else one_pass
+        passes(model, [sequences[0][: warmup_tokens + 1]], device, arms, own, 0, None)
         for rep in range(repeats):
-            one_pass(model, sequences, device, arms, own, rep, keep)
+            passes(model, sequences, device, arms, own, rep, keep)
     finally:
         use(model, Arm("own", {}), own)
     return {arm.name: finish(arm, repeats, seed) for arm in arms}
@@ -233,6 +272,15 @@ def one_pass(model, sequences, device, arms, own, rep, record) -> None:
             }
             if record:
                 record(arm, seq, rep, row)
+
+
+def lockstep_pass(model, sequences, device, arms, own, rep, record) -> None:
+    label = f"pass {rep + 1}, token by token" if record else "warm-up"
+    for seq, ids in enumerate(tqdm(sequences, desc=label, unit="seq")):
+        rows = decode_tokens(model, arms, ids, device, own, turn=seq + rep)
+        for arm in arms:
+            if record:
+                record(arm, seq, rep, rows[arm.name])
 
 
 COUNTS = ("nll_sum", "timed_copies", "copy_groups", "fills", "steady")
