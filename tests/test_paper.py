@@ -29,7 +29,7 @@ def write_run(folder, run, policy, delta_nll, compute_ms, n, multiplier=1, seque
     step_ms = compute_ms + n * TAU
     rows = [
         {"sequence": s, "timed_tokens": 10, "step_seconds": 10 * step_ms / 1e3,
-         "timed_copies": 10 * n}
+         "timed_copies": 10 * n, "copy_seconds": 10 * n * TAU / 1e3}
         for s in range(sequences)
     ]  # fmt: skip
     totals = {
@@ -171,8 +171,10 @@ def test_winner_check_compares_prediction_with_measurement(example, tmp_path):
     assert alone["agree"] is None  # one run alone at 50x decides nothing
     assert row["predicted_winner"] == "ff" and row["measured_winner"] == "ff" and row["agree"]
     lru = next(r for r in rows if r["run"] == "lru" and r["multiplier"] == 10)
-    assert lru["predicted_ms"] == pytest.approx(10 + 10 * 0.5)
-    assert lru["relative_error"] == pytest.approx(15 / 30 - 1) and not lru["within_5pct"]
+    # From its own 1x run: c = 10, n = 10, tau(10) = 10 x the 1x run's own tau (TAU).
+    assert lru["predicted_ms"] == pytest.approx(10 + 10 * 10 * TAU)
+    assert lru["tau_bandwidth_ms"] == 0.5
+    assert lru["relative_error"] == pytest.approx(20 / 30 - 1) and not lru["within_5pct"]
 
 
 def test_an_unknown_table_is_one_line(tmp_path):
@@ -195,6 +197,7 @@ def recomputed(run: dict) -> dict:
         "tokens_per_second": timed / steps,
         "rho": sum(r["steady"] for r in rows) / timed,
         "copies_per_token": sum(r["timed_copies"] for r in rows) / timed,
+        "tau_ms": 1e3 * copy_s / max(sum(r["timed_copies"] for r in rows), 1),
         "copy_share_pct": 100 * copy_s / steps,
         "compute_ms": 1e3 * (steps - copy_s) / timed,
         "step_ms": 1e3 * steps / timed,
@@ -242,10 +245,13 @@ def test_table1_cells_equal_their_run_files(smoke_run):
     for row in cost.itertuples():
         scaled = runs_of(smoke_run, "a", row.multiplier)[row.run]
         base = recomputed(runs[row.run])
-        tau = bandwidth["multipliers"][str(row.multiplier)]["tau_ms"]
-        c = base["step_ms"] - base["copies_per_token"] * tau1
+        # Predicted from the 1x run's own copies: tau(m) = m tau(1) as that run timed them.
+        tau = row.multiplier * base["tau_ms"]
+        c = base["step_ms"] - base["copies_per_token"] * base["tau_ms"]
         assert (row.n, row.c_ms, row.tau_ms) == pytest.approx((base["copies_per_token"], c, tau))
         assert row.predicted_ms == pytest.approx(c + base["copies_per_token"] * tau)
+        bandwidth_tau = bandwidth["multipliers"][str(row.multiplier)]["tau_ms"]
+        assert row.tau_bandwidth_ms == pytest.approx(bandwidth_tau) and tau1 > 0
         measured = recomputed(scaled)["step_ms"]
         assert row.measured_ms == pytest.approx(measured)
         assert [row.measured_ms_lo, row.measured_ms_hi] == pytest.approx(

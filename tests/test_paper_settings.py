@@ -123,6 +123,13 @@ def test_rehearsal_runs_the_pretrained_path(rehearsal_run):
         assert gates["failures"] == []
     run = json.loads((rehearsal_run / "results/runs/a/lru-x10.json").read_text())
     assert run["totals"]["steady_copies"] > 0 and run["multiplier"] == 10
+    # The router stage from the checkpoint: fine-tuned, merged into safetensors, measured.
+    for variant in ("sft", "hit", "tag", "harness"):
+        merged = rehearsal_run / f"results/router_tuning/{variant}/model"
+        assert (merged / "model.safetensors").exists()
+        assert not list(merged.glob("*.bin")) and not list(merged.glob("*.pt"))
+        measured = rehearsal_run / f"results/router_tuning/measured/{variant}.json"
+        assert json.loads(measured.read_text())["source"].endswith(f"{variant}/model")
 
 
 def test_rehearsal_builds_every_table_and_figure(rehearsal_run):
