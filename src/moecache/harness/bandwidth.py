@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from moecache.harness.link import SlowLink
+from moecache.harness.link import SlowLink, spin_until
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.timing import Stopwatch
 from moecache.policies import Plan
@@ -81,7 +81,7 @@ def measure_pools(hosts, link, multipliers, capacity: int, rounds: int = 15) -> 
                     if over > 0:
                         pool.apply(Plan(evict=list(pool.slot_of)[:over]))
                     pool.clear_counts()
-                    idle(GAP_SECONDS)
+                    spin_until(time.perf_counter() + GAP_SECONDS)
                     pool.apply(Plan(admit=admit))
                     if r:
                         times[m][g].append(pool.laps[-1].seconds())
@@ -130,9 +130,3 @@ def absent(pool: ExpertPool, g: int, start: int) -> tuple[list[int], int]:
             chosen.append(e % pool.num_experts)
         e += 1
     return chosen, e
-
-
-def idle(seconds: float) -> None:
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
-        pass

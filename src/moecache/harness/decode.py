@@ -278,8 +278,8 @@ def lockstep_pass(model, sequences, device, arms, own, rep, record) -> None:
     label = f"pass {rep + 1}, token by token" if record else "warm-up"
     for seq, ids in enumerate(tqdm(sequences, desc=label, unit="seq")):
         rows = decode_tokens(model, arms, ids, device, own, turn=seq + rep)
-        for arm in arms:
-            if record:
+        if record:
+            for arm in arms:
                 record(arm, seq, rep, rows[arm.name])
 
 

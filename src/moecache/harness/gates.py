@@ -10,7 +10,7 @@ turn, before the next), must reach `harness.min_throughput_ratio` of its tokens/
 from __future__ import annotations
 
 from moecache.errors import MoecacheError
-from moecache.harness import decode
+from moecache.harness import decode, link
 from moecache.intervals import bootstrap_ratio
 
 POOL_TOLERANCE = 5e-3
@@ -32,9 +32,9 @@ def run(model, sequences, harness: dict, seed: int = 0) -> dict:
     runs = lossless_runs(harness["capacity"], num_experts)
     ring = harness.get("link_ring_mib", 128)
     slots = harness["capacity"] * len(layers)
-    link = harness.get("slow_link", "auto")
+    kind = link.configured(harness)
     with decode.offloaded(
-        model, layers, num_experts, device, ring, keep_own=True, slots=slots, link=link
+        model, layers, num_experts, device, ring, keep_own=True, slots=slots, link=kind
     ) as off:
         arms = {"base": decode.Arm("base", {})} | {
             name: off.arm(name, decode.policy_factory(spec, capacity, num_experts, top_k), capacity)

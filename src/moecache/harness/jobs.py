@@ -14,7 +14,7 @@ import torch
 from moecache import provenance
 from moecache.data import corpus
 from moecache.errors import MoecacheError
-from moecache.harness import bandwidth, decode, gates, profile, trace
+from moecache.harness import bandwidth, decode, gates, link, profile, trace
 from moecache.model import checkpoint
 
 DEFAULT_RING_MIB = 128
@@ -43,10 +43,6 @@ def ring_mib(harness: dict) -> int:
     return harness.get("link_ring_mib", DEFAULT_RING_MIB)
 
 
-def slow_link(harness: dict) -> str:
-    return harness.get("slow_link", "auto")
-
-
 def run_profile(settings, model_source, sequences_path, out) -> dict:
     """One expert copy and one token's compute, measured; held-out NLL and routing reuse."""
     model, sequences = load(settings, model_source, sequences_path)
@@ -59,7 +55,7 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
         [1],
         ring_mib(harness),
         capacity=harness["capacity"],
-        link=slow_link(harness),
+        link=link.configured(harness),
     )
     token_s = profile.token_seconds(model, sequences[: harness.get("gate_sequences")], device)
     report = {
@@ -134,7 +130,7 @@ def run_decode(
         harness["device"],
         ring_mib(harness),
         slots=slots,
-        link=slow_link(harness),
+        link=link.configured(harness),
     ) as off:
         # Runs at a multiplier above 1 may decode only the first sequences: slow copies
         # cost most there, and equation (1) is checked on the same sequences at 1x.
@@ -255,6 +251,6 @@ def run_bandwidth(settings, model_source, out) -> dict:
         multipliers,
         ring_mib(harness),
         capacity=harness["capacity"],
-        link=slow_link(harness),
+        link=link.configured(harness),
     )
     return provenance.write_results(out, report, settings, harness["device"])

@@ -36,6 +36,17 @@ from moecache.errors import MoecacheError
 KINDS = ("auto", "ring", "hold")
 
 
+def configured(harness: dict) -> str:
+    """The link kind a harness config asks for (`harness.slow_link`, default auto)."""
+    return harness.get("slow_link", "auto")
+
+
+def spin_until(deadline: float) -> None:
+    """Wait on the monotonic clock (time.perf_counter) without touching memory."""
+    while time.perf_counter() < deadline:
+        pass
+
+
 def resolve(kind: str, device) -> str:
     """`auto` as the device's kind: `ring` on CUDA, `hold` on a CPU."""
     device = torch.device(device)
@@ -84,9 +95,7 @@ class SlowLink:
         link waits `times` times the group's time more; a ring has queued its copies."""
         if self.kind != "hold" or times <= 0:
             return
-        until = started + (times + 1) * (time.perf_counter() - started)
-        while time.perf_counter() < until:
-            pass
+        spin_until(started + (times + 1) * (time.perf_counter() - started))
 
     def repeat(self, times: int) -> None:
         """After one real copy: a ring queues `times` more copies of one expert's bytes,

@@ -386,8 +386,8 @@ def cost_rows(
             continue
         base = base.on(s.sequences)  # the same sequences at 1x
         tau1 = base.own_tau_ms  # None: no copies, nothing for the link to slow
-        c = base.step_ms - base.n * (tau1 or 0.0)
-        predicted = c + base.n * s.multiplier * (tau1 or 0.0)
+        own = base.priced(tau1 or 0.0)  # c from the run's own copy time
+        c, predicted = own.compute_ms, own.ms_per_token(s.multiplier * (tau1 or 0.0))
         error = predicted / s.step_ms - 1
         rows.append(
             {
