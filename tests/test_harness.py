@@ -226,11 +226,13 @@ def test_a_held_link_is_refused_on_cuda():
 
 
 def test_bandwidth_prices_a_multiplier_as_a_slower_link(smoke):
-    """Ignoring the multiplier (or serving repeats from the caches) fails here: tau(10) /
-    tau(1) comes out near 10 (a loose bound for a noisy shared CPU), with either link."""
+    """Ignoring the multiplier (ratio near 1) or serving repeats from the caches (near 3)
+    fails here: tau(10) / tau(1) comes out near 10, with either link. The bounds are loose
+    because eight rounds on a shared CPU are noisy (a CI run gave 7.5 with hold); the 10%
+    target is the bandwidth stage's, over its own rounds, in the pipeline's output."""
     config, model, sequences = smoke
     experts = model.model.layers[1].mlp.experts
-    for kind, low, high in (("hold", 8, 12), ("ring", 6, 30)):
+    for kind, low, high in (("hold", 6, 16), ("ring", 6, 30)):
         report = bandwidth.measure([experts], "cpu", [1, 10], ring_mib=64, rounds=8, link=kind)
         assert low < report["multipliers"]["10"]["ratio_to_1x"] < high, kind
         assert report["tau_ms"] > 0 and report["large_gib_per_s"] > 0 and report["link"] == kind
