@@ -202,11 +202,11 @@ def test_a_ring_multiplier_moves_m_times_the_bytes(smoke, monkeypatch):
 
 
 def test_a_held_link_takes_m_times_the_group_and_moves_no_more_bytes(smoke):
-    """On a CPU (auto) the link holds a group of copies for m times its own time; no rings."""
+    """A held link holds a group of copies for m times its own time; no rings."""
     config, model, sequences = smoke
     experts = model.model.layers[1].mlp.experts
     host = HostExperts(experts, 8, "cpu")
-    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, False, 8)
+    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, False, 8, "hold")
     assert link.kind == "hold" and link.nbytes == 0
     started = time.perf_counter()
     for slot, expert in ((0, 3), (1, 9)):
@@ -219,10 +219,40 @@ def test_a_held_link_takes_m_times_the_group_and_moves_no_more_bytes(smoke):
     assert torch.equal(host.gate_up[0], experts.gate_up_proj[3]) and link.at == 0
 
 
-def test_a_held_link_is_refused_on_cuda():
-    with pytest.raises(MoecacheError, match="use ring"):
-        link_kind("hold", "cuda")
-    assert link_kind("auto", "cuda") == "ring" and link_kind("auto", "cpu") == "hold"
+def test_a_charged_link_adds_m_minus_1_times_each_group_to_the_clocks(smoke):
+    """On a CPU (auto) the link is charged: each group's lap is m times its real copies'
+    time, the step time has the charge in it, and nothing waits it out, so the decode's
+    wall time stays well under its summed step time at 50x."""
+    config, model, sequences = smoke
+    host = HostExperts(model.model.layers[1].mlp.experts, 8, "cpu")
+    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, False, 8)
+    assert link.kind == "charge" and link.nbytes == 0
+    pool = ExpertPool(host, 8, 5, link)
+    started = time.perf_counter()
+    pool.apply(Plan(admit=[5, 7]))
+    waited = time.perf_counter() - started
+    assert pool.charged == pytest.approx(4 / 5 * pool.copy_seconds)
+    assert pool.copy_seconds > 2 * waited  # charged, not waited out
+    arch = config["model"]["architecture"]
+    top_k = arch["num_experts_per_tok"]
+    make = decode.policy_factory({"policy": "lru"}, 4, arch["num_experts"], top_k)
+    with decode.offloaded(model, [0, 1], 4, "cpu", 8) as off:
+        arm = off.arm("lru", make, 4, 50)
+        decode.use(model, arm, off.own)
+        started = time.perf_counter()
+        row = decode.decode_one(model, arm, sequences[0][:48], "cpu")
+        wall = time.perf_counter() - started
+        decode.use(model, decode.Arm("own", {}), off.own)
+    charged = sum(block.pool.charged for block in arm.blocks.values())
+    assert row["steady"] > 0 and row["copy_seconds"] > charged > 0
+    assert row["step_seconds"] > row["copy_seconds"] and row["step_seconds"] > 2 * wall
+
+
+def test_a_host_clock_link_is_refused_on_cuda():
+    for kind in ("hold", "charge"):
+        with pytest.raises(MoecacheError, match="use ring"):
+            link_kind(kind, "cuda")
+    assert link_kind("auto", "cuda") == "ring" and link_kind("auto", "cpu") == "charge"
 
 
 def test_bandwidth_prices_a_multiplier_as_a_slower_link(smoke):
@@ -232,7 +262,7 @@ def test_bandwidth_prices_a_multiplier_as_a_slower_link(smoke):
     target is the bandwidth stage's, over its own rounds, in the pipeline's output."""
     config, model, sequences = smoke
     experts = model.model.layers[1].mlp.experts
-    for kind, low, high in (("hold", 6, 16), ("ring", 6, 30)):
+    for kind, low, high in (("charge", 6, 16), ("hold", 6, 16), ("ring", 6, 30)):
         report = bandwidth.measure([experts], "cpu", [1, 10], ring_mib=64, rounds=8, link=kind)
         assert low < report["multipliers"]["10"]["ratio_to_1x"] < high, kind
         assert report["tau_ms"] > 0 and report["large_gib_per_s"] > 0 and report["link"] == kind

@@ -131,6 +131,19 @@ def cmd_probe_layers(args):
         print(f"layer {row['layer']}: delta NLL {row['delta_nll']:+.4f}")
 
 
+def cmd_link_check(args):
+    from moecache.harness import jobs
+
+    settings = load_settings(args, ("model", "harness"))
+    report = jobs.run_link_check(settings, args.model, args.sequences, args.out)
+    for row in report["runs"]:
+        print(
+            f"{row['run']}: compute {row['compute_ms']:.2f} ms per token "
+            f"({row['compute_ratio_to_1x']:.2f} x 1x), tau {row['tau_ms']:.4f} ms "
+            f"({row['tau_ratio_to_1x']:.1f} x 1x)"
+        )
+
+
 def cmd_bandwidth(args):
     from moecache.harness import jobs
 
@@ -563,6 +576,11 @@ def parser() -> argparse.ArgumentParser:
 
     p = with_settings(command("bandwidth", cmd_bandwidth, "copy time and bandwidth per expert"))
     on_model(p, "--out")
+
+    p = with_settings(
+        command("link-check", cmd_link_check, "LRU's compute per token under each slower link")
+    )
+    on_model(p, "--sequences", "--out")
 
     p = command(
         "gpu-check",

@@ -96,6 +96,11 @@ def scaled_runs():
     return [path for path in decode_outputs() if not path.endswith("-x1.json")]
 
 
+def link_check_outputs():
+    """The link check, when some run is scaled (it compares the links at that multiplier)."""
+    return [f"results/link/{DEVICE_TAG}.json"] if scaled_runs() else []
+
+
 def bandwidth_files():
     """This machine's copy bandwidth first, then any other device's measured before."""
     own = f"results/bandwidth/{DEVICE_TAG}.json"
@@ -152,6 +157,7 @@ def final_outputs():
         *expand("results/heldout/{shard}.parquet", shard=SHARDS),
         "results/profile/model.json",
         f"results/bandwidth/{DEVICE_TAG}.json",
+        *link_check_outputs(),
         f"results/probe/{SHARDS[0]}.json",
         *decode_outputs(),
         *replay_outputs(),

@@ -1,4 +1,5 @@
-# The offloading harness: exactness gates, decode runs, the layer probe and copy bandwidth.
+# The offloading harness: exactness gates, decode runs, the layer probe, copy bandwidth and
+# the check of the slower links.
 
 
 wildcard_constraints:
@@ -120,3 +121,27 @@ rule bandwidth:
     shell:
         "moecache bandwidth --settings {params.settings:q} --model {params.model:q}"
         " --out {output} > {log} 2>&1"
+
+
+rule link_check:
+    """LRU at 1x and at the largest multiplier under each slower link, interleaved."""
+    input:
+        model=built("results/model"),
+        sequences=f"results/heldout/{FIRST_SHARD}.parquet",
+    output:
+        "results/link/{device}.json",
+    log:
+        "logs/link/{device}.log",
+    benchmark:
+        "benchmarks/link/{device}.tsv"
+    conda:
+        CONDA_ENV
+    threads: config["harness"]["threads"]
+    resources:
+        gpu=1,
+    params:
+        settings=settings("model", "harness"),
+        model=built_or_pretrained("model"),
+    shell:
+        "moecache link-check --settings {params.settings:q} --model {params.model:q}"
+        " --sequences {input.sequences} --out {output} > {log} 2>&1"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -36,11 +37,16 @@ class Offload:
     own: dict  # layer -> the model's own MoE block
     hosts: dict  # layer -> HostExperts
     link: SlowLink
+    new_link: Callable[[str], SlowLink]  # another kind of link over the same hosts
 
-    def arm(self, name, make_policy, capacity, multiplier=1, future_of=None, limit=None) -> Arm:
+    def arm(
+        self, name, make_policy, capacity, multiplier=1, future_of=None, limit=None, link=None
+    ) -> Arm:
+        """`link`: this arm's own slower link (default: the offload's)."""
+        link = link or self.link
         blocks = {
             layer: PooledMoeBlock(
-                mlp, ExpertPool(self.hosts[layer], capacity, multiplier, self.link), make_policy()
+                mlp, ExpertPool(self.hosts[layer], capacity, multiplier, link), make_policy()
             )
             for layer, mlp in self.own.items()
         }
@@ -107,16 +113,19 @@ def offloaded(
                 mlp.experts.to("cpu")  # the original weights leave the device while pooled
             hosts[layer] = HostExperts(mlp.experts, capacity, device)
         some = next(iter(hosts.values()))
-        slow = SlowLink(
-            some.gate_up_host[0],
-            some.down_host[0],
-            device,
-            ring_mib,
-            device.type == "cuda",
-            slots or capacity * len(layers),
-            link,
-        )
-        yield Offload(model, own, hosts, slow)
+
+        def new_link(kind):
+            return SlowLink(
+                some.gate_up_host[0],
+                some.down_host[0],
+                device,
+                ring_mib,
+                device.type == "cuda",
+                slots or capacity * len(layers),
+                kind,
+            )
+
+        yield Offload(model, own, hosts, new_link(link), new_link)
     finally:
         for layer, mlp in own.items():
             mlp.experts.to(device)
@@ -190,9 +199,11 @@ def decode_tokens(model, arms: list[Arm], ids, device, own=None, futures=None, t
             s = state[arm.name]
             if own is not None:
                 use(model, arm, own)
+            charged = sum(p.charged for p in s["pools"])
             watch.start()
             logits = model(input_ids=x[:, t : t + 1], cache=s["cache"], use_cache=True).logits
             seconds = watch.stop()  # waits for the device, so the copy timers can be read
+            seconds += sum(p.charged for p in s["pools"]) - charged  # a charged link's time
             if t + 1 < len(ids):
                 s["nll_sum"] -= torch.log_softmax(logits[0, -1].float(), -1)[ids[t + 1]].item()
             if t == 0:  # the first token fills the empty pool and is not timed

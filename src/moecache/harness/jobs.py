@@ -14,7 +14,7 @@ import torch
 from moecache import provenance
 from moecache.data import corpus
 from moecache.errors import MoecacheError
-from moecache.harness import bandwidth, decode, gates, link, profile, trace
+from moecache.harness import bandwidth, decode, gates, link, link_check, profile, trace
 from moecache.model import checkpoint
 
 DEFAULT_RING_MIB = 128
@@ -253,4 +253,15 @@ def run_bandwidth(settings, model_source, out) -> dict:
         capacity=harness["capacity"],
         link=link.configured(harness),
     )
+    return provenance.write_results(out, report, settings, harness["device"])
+
+
+def run_link_check(settings, model_source, sequences_path, out) -> dict:
+    """LRU at 1x and at the largest multiplier under each link kind (link_check.py), on the
+    first `harness.link_check_sequences` sequences."""
+    model, sequences = load(settings, model_source, sequences_path)
+    harness = settings["harness"]
+    sequences = sequences[: harness.get("link_check_sequences", 1)]
+    arch = settings["model"]["architecture"]
+    report = link_check.run(model, sequences, harness, arch, ring_mib(harness), settings["seed"])
     return provenance.write_results(out, report, settings, harness["device"])

@@ -1,6 +1,6 @@
 """The copy multiplier as a slower link: m copies of an expert cost m times one copy.
 
-Two ways, one per kind of device (`harness.slow_link`, default `auto`):
+Three ways (`harness.slow_link`, default `auto`: `ring` on CUDA, `charge` on a CPU):
 
 - `ring` (CUDA): every expert copy moves m times its bytes over the same path, host to
   device. The first copy is the real one, into the expert's slot; each of the other m - 1
@@ -9,20 +9,26 @@ Two ways, one per kind of device (`harness.slow_link`, default `auto`):
   larger than a last-level cache, so each repeat reads memory no cache holds, as a real
   copy reads an offloaded expert; the device ring has as many blocks as the run's slots.
   The rings are written once at start, so their pages are real memory.
-- `hold` (CPU): a group of real copies (one token's misses at one layer) is timed on the
-  monotonic clock, and the link is then held, spinning on that clock without touching
-  memory, until m times the group's own time has passed. On a CPU the "device" shares
-  the host's caches: extra copies through a ring push m times the expert bytes through
-  the last-level cache and evict the weights the next token computes with. Measured on
-  this project's 2-core machine: LRU's compute per token went from 5.1 ms at 1x to
-  9.1 ms at 10x and 9.5 ms at 50x, a cost no GPU link has (its copies do not pass
-  through the GPU's caches on the way to the slot). A held link prices a link m times
-  slower and nothing else. It holds after the group, not after each copy, so that the
-  copies run back to back after the token's compute at every m, as at 1x: a copy after
-  an idle wait costs more than one right after another (0.037 against 0.027 ms here),
-  and holding after each copy priced 10x as 13.7x. (Repeating the copy of the same
-  expert into the same slot is no answer either: served from the caches, tau(10) was
-  3 x tau(1).)
+- `charge` (CPU): a group of real copies (one token's misses at one layer) is timed on the
+  monotonic clock, and m - 1 times the group's own time is added to the group's copy time
+  and to the token's step time: the clocks are charged what a link m times slower would
+  have taken, and nothing waits it out.
+- `hold` (CPU): the same group, timed the same way, and then the link is held, spinning on
+  the clock without touching memory, until m times the group's time has passed.
+
+Why a CPU is charged rather than made to wait or copy more: the "device" is the host, so
+whatever stands in for a slower link changes the compute around it, a cost no GPU link
+has. Ring repeats push m times the expert bytes through the shared last-level cache and
+evict the weights the next token computes with; a held link leaves the core idle for
+milliseconds inside each token, and the compute after it runs slower (spinning or
+sleeping alike). Both made the scaled runs' compute per token grow with m, so equation (1)
+missed them. `moecache link-check` measures this on the machine at hand: LRU decoded at 1x
+and at the largest multiplier under each CPU kind, interleaved (README, `link` block).
+Either way the group is priced after it, not copy by copy, so that the copies run back to
+back after the token's compute at every m, as at 1x: a copy after an idle wait costs more
+than one right after another, and holding after each copy priced 10x as 13.7x.
+(Repeating the copy of the same expert into the same slot is no answer either: served
+from the caches, tau(10) was 3 x tau(1).)
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ import torch
 
 from moecache.errors import MoecacheError
 
-KINDS = ("auto", "ring", "hold")
+KINDS = ("auto", "ring", "charge", "hold")
+HOST_CLOCK = ("charge", "hold")  # kinds that time copies on the host clock: CPU only
 
 
 def configured(harness: dict) -> str:
@@ -48,16 +55,16 @@ def spin_until(deadline: float) -> None:
 
 
 def resolve(kind: str, device) -> str:
-    """`auto` as the device's kind: `ring` on CUDA, `hold` on a CPU."""
+    """`auto` as the device's kind: `ring` on CUDA, `charge` on a CPU."""
     device = torch.device(device)
     if kind not in KINDS:
         raise MoecacheError(f"harness.slow_link: {kind!r} is not one of {', '.join(KINDS)}")
     if kind == "auto":
-        return "ring" if device.type == "cuda" else "hold"
-    if kind == "hold" and device.type == "cuda":
+        return "ring" if device.type == "cuda" else "charge"
+    if kind in HOST_CLOCK and device.type == "cuda":
         raise MoecacheError(
-            "harness.slow_link: hold times each copy on the host clock, but CUDA copies are "
-            "queued asynchronously: use ring (or auto) on a GPU"
+            f"harness.slow_link: {kind} times each copy on the host clock, but CUDA copies "
+            "are queued asynchronously: use ring (or auto) on a GPU"
         )
     return kind
 
@@ -71,7 +78,7 @@ class SlowLink:
         self.kind = resolve(kind, device)
         # nbytes: what the link holds on the device (its device ring), host_bytes: on the host.
         self.non_blocking, self.at, self.nbytes, self.host_bytes = pin, 0, 0, 0
-        if self.kind == "hold":
+        if self.kind in HOST_CLOCK:
             return
         expert_bytes = (gate_up.numel() + down.numel()) * gate_up.element_size()
 
@@ -96,6 +103,11 @@ class SlowLink:
         if self.kind != "hold" or times <= 0:
             return
         spin_until(started + (times + 1) * (time.perf_counter() - started))
+
+    def charge(self, times: int, copied: float) -> float:
+        """After a group of real copies that took `copied` seconds: the seconds a charged
+        link adds to the clocks, `times` times the group's time (0 for the other kinds)."""
+        return times * copied if self.kind == "charge" and times > 0 else 0.0
 
     def repeat(self, times: int) -> None:
         """After one real copy: a ring queues `times` more copies of one expert's bytes,

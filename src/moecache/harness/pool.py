@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from moecache.harness.link import SlowLink
-from moecache.harness.timing import Stopwatch
+from moecache.harness.timing import Lap, Stopwatch
 from moecache.policies import Plan
 
 
@@ -56,6 +56,7 @@ class ExpertPool:
         self.num_experts, self.expert_bytes = host.num_experts, host.expert_bytes
         self.kernel = slot_experts(host, capacity)
         self.watch = Stopwatch(host.device)
+        self.charges = link.kind == "charge" and multiplier > 1
         self.clear_counts()
         self.reset()
 
@@ -67,6 +68,7 @@ class ExpertPool:
 
     def clear_counts(self) -> None:
         self.fills = self.steady = self.groups = 0
+        self.charged = 0.0  # seconds a charged link added to the laps (and to steps)
         self.laps = []
 
     @property
@@ -74,8 +76,9 @@ class ExpertPool:
         return sum(lap.seconds() for lap in self.laps)
 
     @property
-    def resident(self) -> frozenset[int]:
-        return frozenset(self.slot_of)
+    def resident(self):
+        """The resident experts: a live set-like view (no set is built per token)."""
+        return self.slot_of.keys()
 
     def apply(self, plan: Plan) -> None:
         for e in plan.evict:
@@ -92,7 +95,12 @@ class ExpertPool:
             self.link.repeat(self.multiplier - 1)
             self.slot_of[e] = slot
         self.link.hold(self.multiplier - 1, started)
-        self.laps.append(self.watch.lap())
+        lap = self.watch.lap()
+        if self.charges:  # a CPU's lap is read at once, CUDA's only after the step
+            charged = self.link.charge(self.multiplier - 1, lap.seconds())
+            lap = Lap(seconds_=lap.seconds() + charged)
+            self.charged += charged
+        self.laps.append(lap)
         self.groups += 1
         # The whole group that reaches capacity for the first time still counts as filling.
         if self.been_full:

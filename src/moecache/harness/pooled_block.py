@@ -47,23 +47,25 @@ class PooledMoeBlock(nn.Module):
             on_host = torch.cat([probs, top_index.to(probs.dtype)], dim=-1).cpu().numpy()
             probs_host, index_host = on_host[:, : self.num_experts], on_host[:, self.num_experts :]
         dtype = router_logits.dtype
+        requests = index_host.astype(np.int64).tolist()
         if len(x) == 1:  # decoding: one token
-            out = self.token(x, probs_host[0], index_host[0], top_weights, dtype)
+            out = self.token(x, probs_host[0], requests[0], top_weights, dtype)
         else:
             out = torch.cat(
                 [
                     self.token(
-                        x[i : i + 1], probs_host[i], index_host[i], top_weights[i : i + 1], dtype
+                        x[i : i + 1], probs_host[i], requests[i], top_weights[i : i + 1], dtype
                     )
                     for i in range(len(x))
                 ]
             )
         return out.reshape(batch, length, hidden)
 
-    def token(self, x, probs: np.ndarray, index: np.ndarray, top_weights, dtype) -> torch.Tensor:
-        request = index.astype(np.int64).tolist()
+    def token(self, x, probs: np.ndarray, request: list[int], top_weights, dtype) -> torch.Tensor:
         pool = self.pool
-        pool.apply(self.policy.plan(self.t, request, probs, pool.resident))
+        plan = self.policy.plan(self.t, request, probs, pool.resident)
+        if plan.admit or plan.evict:
+            pool.apply(plan)
         if self.policy.restricts:
             # The top_k resident experts by the router's full softmax, not renormalised.
             resident = np.fromiter(pool.slot_of, dtype=np.int64)

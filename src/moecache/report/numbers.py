@@ -30,6 +30,7 @@ NAMES = (
     "model",
     "gates",
     "bandwidth",
+    "link",
     "gpu_check",
     "runs",
     "cost_model",
@@ -294,6 +295,48 @@ def bandwidth_section(workdir: Path, files: Sequence[Path] | None = None) -> str
                 per_device,
             ),
         ]
+    )
+
+
+def link_section(workdir: Path) -> str:
+    """Per device: LRU's compute per token and time per copy at 1x and under each slower
+    link at the largest multiplier, with their ratios to 1x (moecache link-check)."""
+    found = sorted((workdir / "results/link").glob("*.json"))
+    if not found:
+        return "No link check in this run (no run of the config has a multiplier above 1)."
+    rows = []
+    for path in found:
+        r = read(path)
+        device = f"{path.stem} ({r.get('device_name', 'n/a')})"
+        for row in r["runs"]:
+            low, high = row["compute_ms_ci"]
+            rows.append(
+                (
+                    device,
+                    row["link"] or "n/a",
+                    f"{row['multiplier']}x",
+                    f"{sig(row['compute_ms'])} ({sig(low)}-{sig(high)})",
+                    fixed(row["compute_ratio_to_1x"], 2),
+                    sig(row["tau_ms"]),
+                    fixed(row["tau_ratio_to_1x"], 1),
+                )
+            )
+    r = read(found[0])
+    return (
+        f"LRU at C = {r['capacity']}, {count(r['timed_tokens'])} timed tokens "
+        f"({r['sequences']} sequence(s)), every run interleaved sequence by sequence.\n\n"
+        + table(
+            (
+                "device",
+                "slower link",
+                "multiplier",
+                "compute (ms per token, 95% interval)",
+                "compute / 1x",
+                "tau (ms per copy)",
+                "tau / 1x",
+            ),
+            rows,
+        )
     )
 
 
@@ -860,6 +903,7 @@ def build(
         "model": lambda: model_section(workdir),
         "gates": lambda: gates_section(workdir, shards),
         "bandwidth": lambda: bandwidth_section(workdir, bandwidth),
+        "link": lambda: link_section(workdir),
         "gpu_check": lambda: gpu_check_section(workdir),
         "runs": lambda: runs_section(workdir, shards[0], runs),
         "cost_model": lambda: cost_model_section(workdir),
