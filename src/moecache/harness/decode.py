@@ -278,7 +278,7 @@ def one_pass(model, sequences, device, arms, own, rep, record) -> None:
             use(model, arm, own)
             row = decode_one(model, arm, ids, device, demand.get(arm.future_of))
             demand[arm.name] = {
-                layer: [step["requested"] for step in block.trace]
+                layer: [step["requested"] for step in block.steps()]
                 for layer, block in arm.blocks.items()
             }
             if record:
@@ -304,7 +304,7 @@ def keep(arm: Arm, seq: int, rep: int, row: dict) -> None:
         row["copy_repeats"] = [row["copy_seconds"]]
         arm.rows.append(row)
         for layer, block in arm.blocks.items():
-            arm.traces.extend({"sequence": seq, "layer": layer, **s} for s in block.trace)
+            arm.traces.extend({"sequence": seq, "layer": layer, **s} for s in block.steps())
         return
     kept = arm.rows[seq]
     changed = [key for key in COUNTS if kept[key] != row[key]]

@@ -14,7 +14,9 @@ import torch
 from torch import nn
 
 from moecache.harness.pool import ExpertPool
-from moecache.model.kernel import PER_EXPERT
+from moecache.model.kernel import PER_EXPERT, per_expert_forward
+
+STEP_FIELDS = ("token", "requested", "used", "probs")
 
 
 class PooledMoeBlock(nn.Module):
@@ -23,6 +25,7 @@ class PooledMoeBlock(nn.Module):
         self.gate = mlp.gate  # OlmoeTopKRouter: softmax in fp32, top-k, OLMoE's weights
         self.pool, self.policy = pool, policy
         self.top_k, self.num_experts = mlp.gate.top_k, mlp.gate.num_experts
+        self.reads_probs = policy.needs_probs or policy.restricts
         # The per-expert kernel reads the slot ids on the host: given there, the block's
         # own transfer of the routing is its one host sync per token and layer.
         host_ids = getattr(pool.kernel.config, "_experts_implementation", None) == PER_EXPERT
@@ -34,34 +37,45 @@ class PooledMoeBlock(nn.Module):
         self.pool.reset()
         self.policy.reset(future)
         self.t = 0
-        self.trace: list[dict] = []
+        self.trace: list[tuple] = []  # (token, requested, used, probs): see steps()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch, length, hidden = hidden_states.shape
         x = hidden_states.reshape(-1, hidden)
         router_logits, top_weights, top_index = self.gate(x)
-        probs = torch.softmax(router_logits, dtype=torch.float, dim=-1)
         if x.device.type == "cpu":  # already on the host: no copy to make
-            probs_host, index_host = probs.numpy(), top_index.numpy()
+            requests = top_index.tolist()
+            # Probabilities now only for a policy that reads them; for the others the trace
+            # keeps the logits, and steps() takes their softmax once decoding is over.
+            probs = softmax(router_logits).numpy() if self.reads_probs else None
         else:  # one transfer, the block's one host sync
+            probs = softmax(router_logits)
             on_host = torch.cat([probs, top_index.to(probs.dtype)], dim=-1).cpu().numpy()
-            probs_host, index_host = on_host[:, : self.num_experts], on_host[:, self.num_experts :]
+            probs = on_host[:, : self.num_experts]
+            requests = on_host[:, self.num_experts :].astype(np.int64).tolist()
         dtype = router_logits.dtype
-        requests = index_host.astype(np.int64).tolist()
         if len(x) == 1:  # decoding: one token
-            out = self.token(x, probs_host[0], requests[0], top_weights, dtype)
+            first = None if probs is None else probs[0]
+            out = self.token(x, first, requests[0], top_weights, dtype, router_logits)
         else:
             out = torch.cat(
                 [
                     self.token(
-                        x[i : i + 1], probs_host[i], requests[i], top_weights[i : i + 1], dtype
+                        x[i : i + 1],
+                        None if probs is None else probs[i],
+                        requests[i],
+                        top_weights[i : i + 1],
+                        dtype,
+                        router_logits[i : i + 1],
                     )
                     for i in range(len(x))
                 ]
             )
         return out.reshape(batch, length, hidden)
 
-    def token(self, x, probs: np.ndarray, request: list[int], top_weights, dtype) -> torch.Tensor:
+    def token(self, x, probs, request: list[int], top_weights, dtype, logits) -> torch.Tensor:
+        """One token; `probs` its softmax over all experts (None: the policy reads none),
+        `logits` its router logits [1, N]."""
         pool = self.pool
         plan = self.policy.plan(self.t, request, probs, pool.resident)
         if plan.admit or plan.evict:
@@ -75,9 +89,31 @@ class PooledMoeBlock(nn.Module):
         else:
             used = request
             slots, weights = self.send([pool.slot_of[e] for e in used]), top_weights
-        self.trace.append({"token": self.t, "requested": request, "used": used, "probs": probs})
+        self.trace.append((self.t, request, used, logits if probs is None else probs))
         self.t += 1
+        if self.send.host_ids:  # the per-expert kernel itself, given the slot ids as a list
+            return per_expert_forward(pool.kernel, x, slots, weights)
         return pool.kernel(x, slots, weights)
+
+    def steps(self) -> list[dict]:
+        """The trace so far, one dict per token (kept as tuples while decoding), with the
+        router's probabilities (from the logits where the policy read none)."""
+        return [
+            dict(zip(STEP_FIELDS, (*step[:3], host_probs(step[3])), strict=True))
+            for step in self.trace
+        ]
+
+
+def softmax(router_logits: torch.Tensor) -> torch.Tensor:
+    """The router's probabilities over all experts, as OLMoE's router computes them."""
+    return torch.softmax(router_logits, dtype=torch.float, dim=-1)
+
+
+def host_probs(probs) -> np.ndarray:
+    """One token's probabilities on the host, from a trace entry (probs, or logits [1, N])."""
+    if isinstance(probs, torch.Tensor):
+        return softmax(probs)[0].numpy()
+    return probs
 
 
 class Sender:
@@ -92,11 +128,12 @@ class Sender:
             self.weights_host = torch.empty((1, top_k), dtype=torch.float32).pin_memory()
 
     def __call__(self, slots: list[int], weights: np.ndarray | None = None, dtype=None):
+        # Slot ids the kernel reads on the host stay a list, [[slot, ...]] for one token.
         if not self.cuda:
-            sent = torch.tensor([slots])
+            sent = [slots] if self.host_ids else torch.tensor([slots])
             return sent if weights is None else (sent, torch.from_numpy(weights)[None].to(dtype))
         if self.host_ids:
-            sent = torch.tensor([slots])
+            sent = [slots]
         else:
             self.slots_host[0].copy_(torch.tensor(slots))
             sent = self.slots_host.to(self.device, non_blocking=True)

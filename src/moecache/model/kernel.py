@@ -18,9 +18,11 @@ PER_EXPERT = "per-expert"
 
 
 def per_expert_forward(self, hidden_states, top_k_index, top_k_weights):
-    """OlmoeExperts.forward's contract: hidden [T, H], index and weights [T, k]."""
+    """OlmoeExperts.forward's contract: hidden [T, H], index and weights [T, k]. The
+    pooled block calls it directly with the index already on the host, as lists."""
     out = torch.zeros_like(hidden_states)
-    index = top_k_index.tolist()  # the routing on the host, read once
+    # The routing on the host, read once.
+    index = top_k_index if isinstance(top_k_index, list) else top_k_index.tolist()
     if len(index) == 1:  # decoding: one token, its k experts in the router's order
         for j, e in enumerate(index[0]):
             out += top_k_weights[0, j] * expert(self, e, hidden_states)

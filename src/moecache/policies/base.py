@@ -10,6 +10,7 @@ The same objects drive trace replay, so a rule's copy count is defined once.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -55,10 +56,11 @@ class Policy:
         self.future = future
 
     def plan(
-        self, t: int, request: Sequence[int], probs: np.ndarray, resident: frozenset[int]
+        self, t: int, request: Sequence[int], probs: np.ndarray | None, resident: AbstractSet[int]
     ) -> Plan:
         """`request`: the router's top-k for token t, in the router's order (most probable
-        first); `probs`: its softmax over all experts."""
+        first); `probs`: its softmax over all experts (None for a policy that reads none,
+        `needs_probs` and `restricts` false)."""
         raise NotImplementedError
 
     def last_use(self, t: int, width: int) -> np.ndarray:
@@ -182,7 +184,8 @@ class EvictionPolicy(Policy):
 
     def plan(self, t, request, probs, resident) -> Plan:
         pools = Pools.holding(resident, self.num_experts, self.capacity)
-        step = self.step(t, np.asarray([request]), np.asarray(probs)[None], pools)
+        probs = None if probs is None else np.asarray(probs)[None]
+        step = self.step(t, np.asarray([request]), probs, pools)
         admit = [int(e) for e, m in zip(request, step.miss[0], strict=True) if m]
         return Plan(admit=admit, evict=sorted(step.victims.tolist()))
 
