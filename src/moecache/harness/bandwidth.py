@@ -71,8 +71,10 @@ def measure_pools(hosts, link, multipliers, capacity: int, rounds: int = 15) -> 
     for r in range(rounds + 1):  # round 0 warms up and is dropped
         for i in range(len(multipliers)):  # a rotating order
             m = multipliers[(i + r) % len(multipliers)]
-            # Fast copies are timed more often, so that every multiplier's line is as sure.
-            for _ in range(min(MAX_SAMPLES, -(-max(multipliers) // m))):
+            # Fast copies are timed more often, so that every multiplier's line is as sure
+            # (a charged link's groups all take the real copies' time: as many of each).
+            even = link.kind == "charge"
+            for _ in range(MAX_SAMPLES if even else min(MAX_SAMPLES, -(-max(multipliers) // m))):
                 for g in GROUP_SIZES:
                     pool = pools[m][nxt % len(hosts)]
                     nxt += 1

@@ -258,10 +258,12 @@ def run_bandwidth(settings, model_source, out) -> dict:
 
 def run_link_check(settings, model_source, sequences_path, out) -> dict:
     """LRU at 1x and at the largest multiplier under each link kind (link_check.py), on the
-    first `harness.link_check_sequences` sequences."""
+    first `harness.link_check_sequences` sequences cut to `harness.link_check_tokens`:
+    several short ones, so that the shuffled order puts every link in every place."""
     model, sequences = load(settings, model_source, sequences_path)
     harness = settings["harness"]
-    sequences = sequences[: harness.get("link_check_sequences", 1)]
+    tokens = harness.get("link_check_tokens", 96)
+    sequences = [ids[:tokens] for ids in sequences[: harness.get("link_check_sequences", 4)]]
     arch = settings["model"]["architecture"]
     report = link_check.run(model, sequences, harness, arch, ring_mib(harness), settings["seed"])
     return provenance.write_results(out, report, settings, harness["device"])

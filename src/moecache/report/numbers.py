@@ -849,6 +849,7 @@ FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     ),
     ("model profile", lambda p: p == "profile_model.tsv"),
     ("copy bandwidth", lambda p: p.startswith("bandwidth/")),
+    ("link check", lambda p: p.startswith("link/")),
     ("gates", lambda p: p.startswith("gates/")),
     ("layer probe", lambda p: p.startswith("probe/")),
     ("decode", lambda p: p.startswith("decode/")),
