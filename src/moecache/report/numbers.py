@@ -324,7 +324,8 @@ def link_section(workdir: Path) -> str:
     r = read(found[0])
     return (
         f"LRU at C = {r['capacity']}, {count(r['timed_tokens'])} timed tokens "
-        f"({r['sequences']} sequence(s)), every run interleaved sequence by sequence.\n\n"
+        f"({r['sequences']} sequence(s)), every run interleaved, sequence by sequence in a "
+        "shuffled order.\n\n"
         + table(
             (
                 "device",
