@@ -298,6 +298,20 @@ def test_per_expert_kernel_equals_transformers_grouped_kernel(smoke_run):
     assert torch.allclose(*outputs, atol=1e-6)
 
 
+def test_link_check_from_the_pipeline(smoke_run):
+    """The link check decodes LRU at 1x and at the largest multiplier under every CPU link:
+    each prices a copy well above its 1x time, and the runs' counts are LRU's alike."""
+    report = json.loads((smoke_run / "results/link/cpu.json").read_text())
+    runs = {row["run"]: row for row in report["runs"]}
+    assert report["multiplier"] == 10 and report["policy"] == "lru"
+    assert list(runs) == ["1x", "charge 10x", "hold 10x", "ring 10x"]
+    assert runs["1x"]["compute_ratio_to_1x"] == 1 and runs["1x"]["link"] is None
+    for name in ("charge 10x", "hold 10x", "ring 10x"):
+        assert runs[name]["multiplier"] == 10 and runs[name]["tau_ratio_to_1x"] > 3
+        assert runs[name]["copies_per_token"] == runs["1x"]["copies_per_token"]
+        assert runs[name]["compute_ms"] > 0
+
+
 def test_decode_results_from_the_pipeline(smoke_run):
     config = load_yaml(SMOKE)
     runs = config["harness"]["runs"]
