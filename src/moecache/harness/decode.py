@@ -279,10 +279,7 @@ def one_pass(model, sequences, device, arms, own, rep, record) -> None:
                 continue
             use(model, arm, own)
             row = decode_one(model, arm, ids, device, demand.get(arm.future_of))
-            demand[arm.name] = {
-                layer: [step["requested"] for step in block.steps()]
-                for layer, block in arm.blocks.items()
-            }
+            demand[arm.name] = {layer: block.requested() for layer, block in arm.blocks.items()}
             if record:
                 record(arm, seq, rep, row)
 

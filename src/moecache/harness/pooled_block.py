@@ -95,6 +95,10 @@ class PooledMoeBlock(nn.Module):
             return per_expert_forward(pool.kernel, x, slots, weights)
         return pool.kernel(x, slots, weights)
 
+    def requested(self) -> list[list[int]]:
+        """Each token's requested experts so far, in the router's order."""
+        return [step[1] for step in self.trace]
+
     def steps(self) -> list[dict]:
         """The trace so far, one dict per token (kept as tuples while decoding), with the
         router's probabilities (from the logits where the policy read none)."""
