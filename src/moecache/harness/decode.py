@@ -200,11 +200,9 @@ def decode_tokens(model, arms: list[Arm], ids, device, own=None, futures=None, t
             s = state[arm.name]
             if own is not None:
                 use(model, arm, own)
-            charged = sum(p.charged for p in s["pools"])
             watch.start()
             logits = model(input_ids=x[:, t : t + 1], cache=s["cache"], use_cache=True).logits
             seconds = watch.stop()  # waits for the device, so the copy timers can be read
-            seconds += sum(p.charged for p in s["pools"]) - charged  # a charged link's time
             if t + 1 < len(ids):
                 s["nll_sum"] -= torch.log_softmax(logits[0, -1].float(), -1)[ids[t + 1]].item()
             if t == 0:  # the first token fills the empty pool and is not timed
@@ -223,7 +221,9 @@ def sequence_row(ids, s: dict) -> dict:
         "nll_sum": s["nll_sum"],
         "scored": len(ids) - 1,
         "timed_tokens": len(ids) - 1,
-        "step_seconds": s["step_seconds"],
+        # A charged link's time is in its laps and, here, in the steps (the first token's
+        # charge went with its counts).
+        "step_seconds": s["step_seconds"] + sum(p.charged for p in pools),
         "copy_seconds": sum(lap.seconds() for p in pools for lap in p.laps),
         "timed_copies": sum(p.fills + p.steady for p in pools),
         "copy_groups": sum(p.groups for p in pools),

@@ -242,13 +242,10 @@ def run_bandwidth(settings, model_source, out) -> dict:
     harness = settings["harness"]
     model = load_model(settings, model_source, "cpu")
     experts = [model.model.layers[layer].mlp.experts for layer in harness["restricted_layers"]]
-    multipliers = sorted(
-        {1, *(m for spec in harness["runs"].values() for m in spec.get("multipliers", [1]))}
-    )
     report = bandwidth.measure(
         experts,
         harness["device"],
-        multipliers,
+        link.multipliers(harness),
         ring_mib(harness),
         capacity=harness["capacity"],
         link=link.configured(harness),

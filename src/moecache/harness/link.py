@@ -48,6 +48,12 @@ def configured(harness: dict) -> str:
     return harness.get("slow_link", "auto")
 
 
+def multipliers(harness: dict) -> list[int]:
+    """Every copy multiplier the runs of a harness config use, 1 included, ascending."""
+    runs = harness["runs"].values()
+    return sorted({1, *(m for spec in runs for m in spec.get("multipliers", [1]))})
+
+
 def spin_until(deadline: float) -> None:
     """Wait on the monotonic clock (time.perf_counter) without touching memory."""
     while time.perf_counter() < deadline:
@@ -104,10 +110,11 @@ class SlowLink:
             return
         spin_until(started + (times + 1) * (time.perf_counter() - started))
 
-    def charge(self, times: int, copied: float) -> float:
-        """After a group of real copies that took `copied` seconds: the seconds a charged
-        link adds to the clocks, `times` times the group's time (0 for the other kinds)."""
-        return times * copied if self.kind == "charge" and times > 0 else 0.0
+    def charge(self, times: int, lap) -> float:
+        """After a group of real copies timed by `lap`: the seconds a charged link adds to
+        the clocks, `times` times the group's time (0 for the other kinds, whose laps are
+        not read here: a CUDA lap is read only once the step has waited)."""
+        return times * lap.seconds() if self.kind == "charge" and times > 0 else 0.0
 
     def repeat(self, times: int) -> None:
         """After one real copy: a ring queues `times` more copies of one expert's bytes,

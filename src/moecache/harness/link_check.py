@@ -13,18 +13,14 @@ from __future__ import annotations
 import torch
 
 from moecache.errors import MoecacheError
-from moecache.harness import decode
+from moecache.harness import decode, link
 
 KINDS_ON = {"cpu": ("charge", "hold", "ring"), "cuda": ("ring",)}
 
 
-def largest_multiplier(harness: dict) -> int:
-    return max(m for spec in harness["runs"].values() for m in spec.get("multipliers", [1]))
-
-
 def run(model, sequences, harness: dict, arch: dict, ring_mib: int, seed: int = 0) -> dict:
     device, capacity = harness["device"], harness["capacity"]
-    m = largest_multiplier(harness)
+    m = max(link.multipliers(harness))
     if m == 1:
         raise MoecacheError("link check: no run of harness.runs has a multiplier above 1")
     kinds = KINDS_ON[torch.device(device).type]
@@ -35,8 +31,8 @@ def run(model, sequences, harness: dict, arch: dict, ring_mib: int, seed: int = 
     with decode.offloaded(model, layers, capacity, device, ring_mib, link=kinds[0]) as off:
         arms = [off.arm("1x", make, capacity)]
         for kind in kinds:
-            link = off.link if kind == off.link.kind else off.new_link(kind)
-            arms.append(off.arm(f"{kind} {m}x", make, capacity, m, link=link))
+            slow = off.link if kind == off.link.kind else off.new_link(kind)
+            arms.append(off.arm(f"{kind} {m}x", make, capacity, m, link=slow))
         results = decode.decode(
             model, sequences, device, arms, off.own, harness["warmup_tokens"], 1, seed
         )

@@ -56,7 +56,6 @@ class ExpertPool:
         self.num_experts, self.expert_bytes = host.num_experts, host.expert_bytes
         self.kernel = slot_experts(host, capacity)
         self.watch = Stopwatch(host.device)
-        self.charges = link.kind == "charge" and multiplier > 1
         self.clear_counts()
         self.reset()
 
@@ -96,8 +95,8 @@ class ExpertPool:
             self.slot_of[e] = slot
         self.link.hold(self.multiplier - 1, started)
         lap = self.watch.lap()
-        if self.charges:  # a CPU's lap is read at once, CUDA's only after the step
-            charged = self.link.charge(self.multiplier - 1, lap.seconds())
+        charged = self.link.charge(self.multiplier - 1, lap)
+        if charged:
             lap = Lap(seconds_=lap.seconds() + charged)
             self.charged += charged
         self.laps.append(lap)
