@@ -47,6 +47,27 @@ def test_gates_pass_on_the_real_pool(smoke):
     gates.check(report)
 
 
+def test_the_gates_time_the_compared_pair_over_repeated_passes(smoke, monkeypatch):
+    """The own and pooled blocks are timed `gate_repeats` times (each sequence keeps its
+    median), the other lossless runs once; the report keeps each sequence's seconds."""
+    config, model, sequences = smoke
+    passes = []
+    real = decode.decode
+
+    def spy(model, sequences, device, arms, own, warmup, repeats, seed, lockstep=False):
+        passes.append((sorted(arm.name for arm in arms), repeats))
+        return real(model, sequences, device, arms, own, warmup, repeats, seed, lockstep)
+
+    monkeypatch.setattr(decode, "decode", spy)
+    report = gates.run(model, sequences, config["harness"] | {"gate_repeats": 2})
+    assert passes == [(["all-resident", "base"], 2), (["dwell-1-window-1", "lru"], 1)]
+    assert report["gate_repeats"] == 2
+    assert {k: len(v) for k, v in report["step_seconds"].items()} == {
+        "base": len(sequences),
+        "all-resident": len(sequences),
+    }
+
+
 def test_a_wrong_slot_map_trips_the_gates(smoke, monkeypatch):
     config, model, sequences = smoke
     apply = ExpertPool.apply
