@@ -68,6 +68,26 @@ def test_the_gates_time_the_compared_pair_over_repeated_passes(smoke, monkeypatc
     }
 
 
+def test_the_timed_passes_run_without_the_cyclic_collector(smoke, monkeypatch):
+    """A full collection would land on whichever arm is decoding: it is off while timing
+    and back on after."""
+    import gc
+
+    config, model, sequences = smoke
+    during = []
+    real = decode.one_pass
+
+    def spy(*args):
+        during.append((args[-1] is not None, gc.isenabled()))
+        return real(*args)
+
+    monkeypatch.setattr(decode, "one_pass", spy)
+    with decode.offloaded(model, [1, 2], 8, "cpu", 8) as off:
+        decode.decode(model, sequences[:1], "cpu", arms_of(off, config, ["lru"]), off.own, 2)
+    assert during == [(False, True), (True, False)]  # warm-up collects; the timed pass not
+    assert gc.isenabled()
+
+
 def test_a_wrong_slot_map_trips_the_gates(smoke, monkeypatch):
     config, model, sequences = smoke
     apply = ExpertPool.apply
