@@ -23,6 +23,7 @@ include: "workflow/rules/harness.smk"
 include: "workflow/rules/replay.smk"
 include: "workflow/rules/learned.smk"
 include: "workflow/rules/router_tuning.smk"
+include: "workflow/rules/controller.smk"
 include: "workflow/rules/report.smk"
 
 

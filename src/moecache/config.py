@@ -91,6 +91,7 @@ def check(config: dict) -> None:
     check_replay(config)
     check_learned(config)
     check_router_tuning(config)
+    check_controller(config)
     heldout = config["corpus"]["heldout"]
     if heldout["max_tokens"] > arch["max_position_embeddings"]:
         raise ConfigError(
@@ -255,6 +256,51 @@ def check_learned(config: dict) -> None:
             raise ConfigError(f"{where}.closed_loop: {name}: that group trains no {kind}")
         if group.startswith("past-use-") and group[9:] not in corpus["heldout"]["shards"]:
             raise ConfigError(f"{where}.closed_loop: {name}: no held-out shard {group[9:]!r}")
+
+
+def controller_heads(controller: dict) -> list[str]:
+    """The heads files a controller section trains: objective x seed, then the first
+    objective and seed at each price."""
+    names = [f"{o}-s{s}" for o in controller["objectives"] for s in controller["seeds"]]
+    first = f"{controller['objectives'][0]}-s{controller['seeds'][0]}"
+    names += [f"{first}-e{e:g}" for e in controller["prices"]]
+    return [f"results/controller/heads/{name}.safetensors" for name in names]
+
+
+def check_controller(config: dict) -> None:
+    """Controller runs name heads the section trains; the compared runs restrict; the
+    longer sequences fit the model."""
+    controller, harness = config.get("controller"), config["harness"]
+    trained = controller_heads(controller) if controller else []
+    for name, run in harness["runs"].items():
+        if run["policy"] != "controller":
+            continue
+        weights = str(run.get("params", {}).get("weights", ""))
+        if weights.startswith("results/controller/heads/") and weights not in trained:
+            raise ConfigError(
+                f"config key harness.runs.{name}.params.weights: {weights} is not a heads "
+                "file the controller section trains"
+                + ("" if controller else " (the config has no controller section)")
+            )
+    if controller is None:
+        return
+    where = "config key controller"
+    if config["corpus"]["source"] != "python-docs" and "trace_sequences" not in config["corpus"]:
+        raise ConfigError("config key corpus.trace_sequences: required by section controller")
+    for name in controller["compare"]:
+        run = harness["runs"].get(name)
+        if run is None or run["policy"] not in ("dwell", "static"):
+            raise ConfigError(
+                f"{where}.compare: {name} is not a dwell or static run of harness.runs"
+            )
+    if harness["capacity"] >= config["model"]["architecture"]["num_experts"]:
+        raise ConfigError(f"{where}: harness.capacity must be below num_experts to restrict")
+    longest = config["model"]["architecture"]["max_position_embeddings"]
+    if controller["longer"]["tokens"] > longest:
+        raise ConfigError(
+            f"{where}.longer.tokens: {controller['longer']['tokens']} exceeds "
+            f"max_position_embeddings {longest}"
+        )
 
 
 def check_router_tuning(config: dict) -> None:

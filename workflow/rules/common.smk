@@ -163,6 +163,8 @@ def final_outputs():
         *replay_outputs(),
         *learned_evaluation(),
         *router_measured(),  # router_tuning.smk
+        *controller_sweeps(),  # controller.smk
+        *controller_longer(),
         *PAPER_OUTPUTS,
     ]
 
@@ -253,4 +255,57 @@ def router_measured():
     return expand(
         "results/router_tuning/measured/{measured}.json",
         measured=["base", *ROUTER_VARIANTS],
+    )
+
+
+# The learned controller (controller.smk). Without a `controller` section these helpers give
+# nothing, so none of its jobs is needed and its appendix table keeps its placeholder.
+CONTROLLER = config.get("controller") or {}
+LAST_SHARD = SHARDS[-1]
+
+
+def controller_heads():
+    """Every heads file: objective x seed, then the first of each priced at each e."""
+    return configs.controller_heads(CONTROLLER) if CONTROLLER else []
+
+
+def heads_flags(wildcards):
+    """--objective, --seed and --price of one heads file, from its name."""
+    objective, rest = wildcards.heads.split("-s", 1)
+    seed, _, price = rest.partition("-e")
+    return f"--objective {objective} --seed {seed}" + (f" --price {price}" if price else "")
+
+
+def sweep_point(point):
+    """A sweep job's threshold (t50 -> 0.5), or reference."""
+    if point == "reference":
+        return point
+    found = [t for t in CONTROLLER["thresholds"] if f"t{round(100 * t)}" == point]
+    if not found:
+        raise ValueError(f"{point}: not one of controller.thresholds")
+    return found[0]
+
+
+def controller_sweeps():
+    if not CONTROLLER:
+        return []
+    points = [f"t{round(100 * t)}" for t in CONTROLLER["thresholds"]] + ["reference"]
+    return expand(
+        "results/controller/sweep/{point}-x{m}", point=points, m=CONTROLLER["multipliers"]
+    )
+
+
+def controller_longer():
+    return ["results/controller/longer"] if CONTROLLER else []
+
+
+def controller_heads_of_runs(shard):
+    """The heads files that the runs decoding `shard` name: a controller run decodes
+    beside the others, in Table 1 and Figure 1."""
+    return sorted(
+        {
+            run["params"]["weights"]
+            for run in RUNS.values()
+            if run["policy"] == "controller" and shard in run.get("shards", SHARDS)
+        }
     )

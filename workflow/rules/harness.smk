@@ -37,6 +37,7 @@ rule decode:
         model=built("results/model"),
         sequences="results/heldout/{shard}.parquet",
         gates="results/gates/{shard}.json",
+        heads=lambda wildcards: controller_heads_of_runs(wildcards.shard),
     output:
         directory("results/decode/{shard}"),
     log:

@@ -48,7 +48,9 @@ class Offload:
         link = link or self.link
         blocks = {
             layer: PooledMoeBlock(
-                mlp, ExpertPool(self.hosts[layer], capacity, multiplier, link), make_policy()
+                mlp,
+                ExpertPool(self.hosts[layer], capacity, multiplier, link),
+                placed(make_policy(), layer),
             )
             for layer, mlp in self.own.items()
         }
@@ -76,6 +78,11 @@ class Offload:
         if device.type == "cuda":
             report["cuda_memory_allocated_bytes"] = torch.cuda.memory_allocated(device)
         return report
+
+
+def placed(policy, layer: int):
+    policy.layer = layer  # a policy with per-layer state (the controller's heads) reads it
+    return policy
 
 
 @dataclass

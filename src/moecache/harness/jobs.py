@@ -91,10 +91,20 @@ def shard_runs(harness: dict, shard: str, first_shard: str) -> list[tuple[str, i
 
 
 def run_decode(
-    settings, model_source, sequences_path, shard, first_shard, gates_path, out_dir
+    settings,
+    model_source,
+    sequences_path,
+    shard,
+    first_shard,
+    gates_path,
+    out_dir,
+    *,
+    first=None,
+    loaded=None,
 ) -> dict:
     """Every run of `shard` (at its multipliers), interleaved in one process; one results
-    file and one trace per run and multiplier in `out_dir`."""
+    file and one trace per run and multiplier in `out_dir`. `first`: decode only the first
+    this many sequences; `loaded`: (model, sequences) already in memory."""
     harness = settings["harness"]
     arch = settings["model"]["architecture"]
     pairs = shard_runs(harness, shard, first_shard)
@@ -115,7 +125,8 @@ def run_decode(
                 f"{shard} does not decode"
             )
         specs[f"{name}-x{m}"], factories[f"{name}-x{m}"] = (name, spec, capacity, m, reads), make
-    model, sequences = load(settings, model_source, sequences_path)
+    model, sequences = loaded or load(settings, model_source, sequences_path)
+    sequences = sequences[:first]
     json.loads(Path(gates_path).read_text())  # the shard's gates passed (the rule's input)
     # Delta NLL against the unmodified model on the sequences each run decoded (the gates
     # showed the batched NLL equal to the teacher-forced one).

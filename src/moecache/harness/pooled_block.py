@@ -14,9 +14,10 @@ import torch
 from torch import nn
 
 from moecache.harness.pool import ExpertPool
+from moecache.harness.timing import Stopwatch
 from moecache.model.kernel import PER_EXPERT, per_expert_forward
 
-STEP_FIELDS = ("token", "requested", "used", "probs")
+STEP_FIELDS = ("token", "requested", "used", "copied", "refreshed", "decide_seconds", "probs")
 
 
 class PooledMoeBlock(nn.Module):
@@ -30,6 +31,7 @@ class PooledMoeBlock(nn.Module):
         # own transfer of the routing is its one host sync per token and layer.
         host_ids = getattr(pool.kernel.config, "_experts_implementation", None) == PER_EXPERT
         self.send = Sender(self.top_k, pool.host.device, host_ids)
+        self.watch = Stopwatch(pool.host.device) if policy.needs_hidden else None
         self.t, self.trace = 0, []
 
     def reset(self, future=None) -> None:
@@ -37,27 +39,40 @@ class PooledMoeBlock(nn.Module):
         self.pool.reset()
         self.policy.reset(future)
         self.t = 0
-        self.trace: list[tuple] = []  # (token, requested, used, probs): see steps()
+        self.trace: list[tuple] = []  # one tuple of STEP_FIELDS per token: see steps()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch, length, hidden = hidden_states.shape
         x = hidden_states.reshape(-1, hidden)
         router_logits, top_weights, top_index = self.gate(x)
+        decided, lap = None, None
+        if self.watch is not None:  # the policy's own heads, inside the timed step
+            self.watch.start()
+            decided = self.policy.decide(x)
+            lap = self.watch.lap()
+        n, k = self.num_experts, self.top_k
         if x.device.type == "cpu":  # already on the host: no copy to make
             requests = top_index.tolist()
             # Probabilities now only for a policy that reads them; for the others the trace
             # keeps the logits, and steps() takes their softmax once decoding is over.
             probs = softmax(router_logits).numpy() if self.reads_probs else None
+            decided = None if decided is None else decided.numpy()
         else:  # one transfer, the block's one host sync
             probs = softmax(router_logits)
-            on_host = torch.cat([probs, top_index.to(probs.dtype)], dim=-1).cpu().numpy()
-            probs = on_host[:, : self.num_experts]
-            requests = on_host[:, self.num_experts :].astype(np.int64).tolist()
+            parts = [probs, top_index.to(probs.dtype)] + ([] if decided is None else [decided])
+            on_host = torch.cat(parts, dim=-1).cpu().numpy()
+            probs = on_host[:, :n]
+            requests = on_host[:, n : n + k].astype(np.int64).tolist()
+            decided = None if decided is None else on_host[:, n + k :]
         dtype = router_logits.dtype
         if len(x) == 1:  # decoding: one token
             first = None if probs is None else probs[0]
-            out = self.token(x, first, requests[0], top_weights, dtype, router_logits)
+            if decided is not None:
+                self.policy.see(decided[0])
+            out = self.token(x, first, requests[0], top_weights, dtype, router_logits, lap)
         else:
+            if decided is not None:
+                raise NotImplementedError("a policy that reads hidden states decodes tokens")
             out = torch.cat(
                 [
                     self.token(
@@ -73,9 +88,11 @@ class PooledMoeBlock(nn.Module):
             )
         return out.reshape(batch, length, hidden)
 
-    def token(self, x, probs, request: list[int], top_weights, dtype, logits) -> torch.Tensor:
+    def token(
+        self, x, probs, request: list[int], top_weights, dtype, logits, lap=None
+    ) -> torch.Tensor:
         """One token; `probs` its softmax over all experts (None: the policy reads none),
-        `logits` its router logits [1, N]."""
+        `logits` its router logits [1, N], `lap` the timer of the policy's decide()."""
         pool = self.pool
         plan = self.policy.plan(self.t, request, probs, pool.resident)
         if plan.admit or plan.evict:
@@ -89,7 +106,8 @@ class PooledMoeBlock(nn.Module):
         else:
             used = request
             slots, weights = self.send([pool.slot_of[e] for e in used]), top_weights
-        self.trace.append((self.t, request, used, logits if probs is None else probs))
+        kept = logits if probs is None else probs
+        self.trace.append((self.t, request, used, len(plan.admit), plan.refresh, lap, kept))
         self.t += 1
         if self.send.host_ids:  # the per-expert kernel itself, given the slot ids as a list
             return per_expert_forward(pool.kernel, x, slots, weights)
@@ -103,7 +121,13 @@ class PooledMoeBlock(nn.Module):
         """The trace so far, one dict per token (kept as tuples while decoding), with the
         router's probabilities (from the logits where the policy read none)."""
         return [
-            dict(zip(STEP_FIELDS, (*step[:3], host_probs(step[3])), strict=True))
+            dict(
+                zip(
+                    STEP_FIELDS,
+                    (*step[:5], 0.0 if step[5] is None else step[5].seconds(), host_probs(step[6])),
+                    strict=True,
+                )
+            )
             for step in self.trace
         ]
 

@@ -18,7 +18,17 @@ from moecache.atomic import atomic_file
 from moecache.errors import MoecacheError
 from moecache.replay.demand import Demand, check, padded
 
-COLUMNS = ["sequence", "layer", "token", "requested", "used", "probs"]
+COLUMNS = [
+    "sequence",
+    "layer",
+    "token",
+    "requested",
+    "used",
+    "copied",  # experts copied in before the token
+    "refreshed",  # a restricting policy replaced its set at the token
+    "decide_seconds",  # the policy's own heads (needs_hidden), else 0
+    "probs",
+]
 ORIGIN_KEY = b"moecache.origin"  # the Parquet metadata key naming the run that recorded it
 
 

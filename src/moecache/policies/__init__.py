@@ -13,6 +13,7 @@ from moecache.policies.all_resident import AllResident
 from moecache.policies.arc import ARC
 from moecache.policies.base import EventPolicy, EvictionPolicy, Plan, Policy, ScheduledPolicy
 from moecache.policies.clock import Clock
+from moecache.policies.controller import Controller
 from moecache.policies.decayed_frequency import DecayedFrequency
 from moecache.policies.dwell import Dwell, Static
 from moecache.policies.farthest_future import FarthestFuture
@@ -41,6 +42,7 @@ POLICIES: dict[str, type[Policy]] = {
         Learned,
         Dwell,
         Static,
+        Controller,
         # The zoo: classic per-request rules run per token (one file each, EventPolicy).
         FIFO,
         Clock,

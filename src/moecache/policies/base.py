@@ -29,6 +29,7 @@ class Plan:
 
     admit: list[int] = field(default_factory=list)
     evict: list[int] = field(default_factory=list)
+    refresh: bool = False  # a restricting policy replaced its set here (trace: refreshed)
 
 
 class Policy:
@@ -38,6 +39,8 @@ class Policy:
     restricts: bool = False  # True: the router may choose only among resident experts
     needs_future: bool = False  # True: reset() must be given the recorded demand
     needs_probs: bool = False  # True: decides from the router's probabilities
+    needs_hidden: bool = False  # True: decide(x) reads the block's input hidden state
+    layer: int | None = None  # the restricted layer it serves (set by the harness)
     by_default: bool = True  # False: replayed only when named (it needs a trained file)
 
     def __init__(self, capacity: int, num_experts: int, top_k: int):
@@ -54,6 +57,16 @@ class Policy:
         if self.needs_future and future is None:
             raise MoecacheError(f"policy {self.name}: needs the demand trace of an earlier run")
         self.future = future
+
+    def decide(self, x):
+        """For needs_hidden: the policy's own computation on the block's input hidden states
+        x [T, H], on the device, inside the timed step; one row per token, handed back on
+        the host through see() before that token's plan."""
+        raise NotImplementedError
+
+    def see(self, row: np.ndarray) -> None:
+        """The host copy of this token's row of decide()."""
+        raise NotImplementedError
 
     def plan(
         self, t: int, request: Sequence[int], probs: np.ndarray | None, resident: AbstractSet[int]
@@ -290,7 +303,7 @@ class ScheduledPolicy(Policy):
         # Make room by dropping residents outside the target, least recently requested
         # first (one token's experts in request order, as for LRU).
         spare = sorted(set(resident).difference(target), key=lambda e: (self.last_request[e], e))
-        return Plan(admit=admit, evict=spare[: max(0, len(admit) - room)])
+        return Plan(admit=admit, evict=spare[: max(0, len(admit) - room)], refresh=True)
 
     def observe(self, t: int, request: Sequence[int]) -> None:
         """Record token t's demand (the router's unrestricted top-k)."""

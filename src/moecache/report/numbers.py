@@ -37,6 +37,7 @@ NAMES = (
     "replay",
     "learned",
     "router_tuning",
+    "controller",
     "runtime",
 )
 
@@ -842,6 +843,69 @@ def router_tuning_section(workdir: Path) -> str:
     return "\n\n".join([table(header, rows), f"{steps} steps per variant.", *verdicts])
 
 
+def controller_section(workdir: Path) -> str:
+    """The appendix table's seed means per objective and threshold, the priced sweep, and
+    its comparison and longer-sequence lines."""
+    from moecache.report import tables
+
+    sweep = sorted((workdir / "results/controller/sweep").glob("*-x*"))
+    if not sweep:
+        return "No learned controller in this run (the config has no `controller` section)."
+    heads = sorted((workdir / "results/controller/heads").glob("*.safetensors"))
+    longer = [workdir / "results/controller/longer"]
+    made = tables.table_controller(sweep, [p for p in longer if p.is_dir()], heads)
+    rows = []
+    for _, row in made.parts["seeds"].iterrows():
+        rows.append(
+            (
+                row["objective"],
+                f"{row['threshold']:g}",
+                f"{row['delta_nll']:+.3f} ± {fixed(row['delta_nll_se'], 3)}",
+                fixed(row["copies_per_token"], 2),
+                fixed(row["tokens_between_refreshes"], 1),
+                fixed(row["heads_share_pct"], 1),
+            )
+        )
+    main = made.parts[""]
+    for _, row in main[main["objective"] == ""].iterrows():
+        rows.append(
+            (
+                row["run"],
+                "",
+                f"{row['delta_nll']:+.3f}",
+                fixed(row["copies_per_token"], 2),
+                fixed(row["tokens_between_refreshes"], 1),
+                "",
+            )
+        )
+    header = (
+        "objective / run",
+        "threshold",
+        "Delta NLL (± s.e. over seeds)",
+        "copies/token",
+        "tokens between refreshes",
+        "heads' share of step (%)",
+    )
+    priced = made.parts["priced"]
+    priced_rows = [
+        (
+            f"{r['price']:g}",
+            f"{r['threshold']:g}",
+            f"{r['delta_nll']:+.3f}",
+            fixed(r["copies_per_token"], 2),
+        )
+        for _, r in priced.iterrows()
+    ]
+    lines = [line for line in made.notes if line.startswith(("- ", "Training", "The controller"))]
+    parts = [table(header, rows)]
+    if priced_rows:
+        parts += [
+            "Priced (first objective and seed, traffic at e x tau):",
+            table(("e (nats/ms)", "threshold", "Delta NLL", "copies/token"), priced_rows),
+        ]
+    return "\n\n".join([*parts, "\n".join(lines)])
+
+
 # (family, test on the benchmark's path under benchmarks/), first match wins.
 FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     (
@@ -859,6 +923,7 @@ FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     ("replay, bounds, foresight", lambda p: p.startswith("replay/")),
     ("learned eviction", lambda p: p.startswith("learned/")),
     ("router fine-tuning", lambda p: p.startswith("router_tuning/")),
+    ("learned controller", lambda p: p.startswith("controller/")),
     ("tables and figures", lambda p: p.startswith("figures/")),
     ("other", lambda p: True),
 ]
@@ -912,6 +977,7 @@ def build(
         "replay": lambda: replay_section(workdir, shards),
         "learned": lambda: learned_section(workdir),
         "router_tuning": lambda: router_tuning_section(workdir),
+        "controller": lambda: controller_section(workdir),
         "runtime": lambda: runtime_section(workdir),
     }
     sections = {}

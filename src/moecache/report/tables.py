@@ -377,13 +377,63 @@ def verdicts(found: dict, base: dict) -> list[str]:
     return lines
 
 
-def table_controller() -> Table:
-    return not_produced(
+def table_controller(sweep=(), longer=(), controller=()) -> Table:
+    from moecache.report import controller as ctl
+
+    parts = ["", "seeds", "priced", "longer"]
+    if not sweep:
+        table = not_produced(
+            "table_controller",
+            "Appendix. The learned controller",
+            "needs the config's controller section (the heads, the threshold sweep)",
+            ctl.COLUMNS,
+        )
+        table.parts = {part: pd.DataFrame(columns=ctl.COLUMNS) for part in parts}
+        return table
+    rows = ctl.sweep_rows(sweep)
+    seeds = ctl.seeds_frame(rows)
+    reference = rows[(rows["objective"] == "") & (rows["multiplier"] == 1)]
+    longer_rows, longer_lines = ctl.longer_frame(longer)
+    notes = [
+        "The controller keeps its cached set across sequences; Dwell and Static restart at "
+        "each sequence (a sequence's first token fills the pool for every policy, untimed).",
+        *ctl.training_lines(controller),
+        "",
+        "Comparisons on the same sequences:",
+        *ctl.matched(seeds, reference),
+    ]
+    if longer_lines:
+        notes += ["", "Longer sequences (the paper's open question):", *longer_lines]
+    return Table(
         "table_controller",
-        "Appendix. Learned controller priced by measured copy time",
-        "needs the option-critic controller and its priced sweep, which no rule runs yet",
-        ["exchange_rate", "threshold", "delta_nll", "rho"],
+        "Appendix. The learned controller: thresholds, objectives, seeds and prices",
+        "Every heads file at every threshold, decoded in the harness (interleaved per "
+        "threshold) on the first controller.sweep_sequences held-out sequences of the first "
+        "shard, with the simple restricting runs (objective blank) on the same sequences. "
+        "Delta NLL against the unmodified model; tokens/s with its 95% interval; copies per "
+        "timed token; mean timed tokens between refreshes (per layer); the heads' share of "
+        "the measured step (percent). seeds: mean and standard error (_se) over seeds per "
+        "objective and threshold. priced: the first objective and seed retrained with the "
+        "traffic penalty set to e * tau (price e, nats per ms of copy time). longer: "
+        "held-out text decoded in sequences of the standard length and in whole sequences "
+        "several times longer.",
+        {
+            "": rows,
+            "seeds": seeds,
+            "priced": rows[rows["price"].notna()],
+            "longer": longer_rows,
+        },
+        [*sweep_files(sweep), *longer_files(longer), *controller],
+        notes,
     )
+
+
+def sweep_files(sweep) -> list[Path]:
+    return [path for folder in sweep for path in sorted(Path(folder).glob("*.json"))]
+
+
+def longer_files(longer) -> list[Path]:
+    return [Path(folder) / "summary.json" for folder in longer]
 
 
 def table_eviction(replay, learned) -> Table:
