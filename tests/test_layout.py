@@ -8,7 +8,16 @@ import sys
 
 from conftest import REPO
 
-STAGES = ("data", "model", "harness", "replay", "learned", "router_tuning", "report")
+STAGES = (
+    "data",
+    "model",
+    "harness",
+    "replay",
+    "learned",
+    "router_tuning",
+    "controller",
+    "report",
+)
 
 
 def test_one_folder_per_rule_file():

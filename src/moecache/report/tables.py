@@ -423,7 +423,11 @@ def table_controller(sweep=(), longer=(), controller=()) -> Table:
             "priced": rows[rows["price"].notna()],
             "longer": longer_rows,
         },
-        [*sweep_files(sweep), *longer_files(longer), *controller],
+        [
+            *sweep_files(sweep),
+            *longer_files(longer),
+            *(Path(p).with_suffix(".json") for p in controller),  # each heads file's log
+        ],
         notes,
     )
 
