@@ -287,7 +287,7 @@ def check_controller(config: dict) -> None:
     where = "config key controller"
     if config["corpus"]["source"] != "python-docs" and "trace_sequences" not in config["corpus"]:
         raise ConfigError("config key corpus.trace_sequences: required by section controller")
-    for name in controller["compare"]:
+    for name in [*controller["compare"], *controller["longer"].get("compare", [])]:
         run = harness["runs"].get(name)
         if run is None or run["policy"] not in ("dwell", "static"):
             raise ConfigError(

@@ -41,15 +41,14 @@ def with_runs(settings: dict, runs: dict) -> dict:
     return changed
 
 
-def reference_runs(settings: dict, multiplier: int) -> dict:
+def reference_runs(settings: dict, multiplier: int, names=None) -> dict:
+    """The compared runs (default controller.compare) at `multiplier`."""
     runs = settings["harness"]["runs"]
-    missing = [name for name in settings["controller"]["compare"] if name not in runs]
+    names = names or settings["controller"]["compare"]
+    missing = [name for name in names if name not in runs]
     if missing:
         raise MoecacheError(f"controller.compare: {missing[0]} is not a run of harness.runs")
-    return {
-        name: {**runs[name], "multipliers": [multiplier]}
-        for name in settings["controller"]["compare"]
-    }
+    return {name: {**runs[name], "multipliers": [multiplier]} for name in names}
 
 
 def controller_block(run_file: Path, trace_file: Path) -> dict:
@@ -126,7 +125,7 @@ def longer(settings, model_source, sequences_path, shard, gates_path, heads_path
     model, sequences = jobs.load(settings, model_source, sequences_path)
     whole = cut(sequences, ctl["longer"]["tokens"], ctl["longer"]["sequences"])
     pieces = [ids[i : i + piece] for ids in whole for i in range(0, len(ids), piece)]
-    runs = reference_runs(settings, 1) | {
+    runs = reference_runs(settings, 1, ctl["longer"].get("compare")) | {
         run_name("controller", t): controller_run(heads_path, t, 1)
         for t in ctl["longer"]["thresholds"]
     }

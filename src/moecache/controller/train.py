@@ -104,8 +104,8 @@ def objective(model, installed: Installed, x, weights: dict, kind: str):
             "entropy"
         ] * installed.summed("entropy").mean()
         cost = cost_each.mean()
-    found = {"objective": float(cost), "nll": float(nll.mean())}
-    found |= {key: float(parts[key].mean()) for key in PENALTIES}
+    found = {"objective": cost.detach().item(), "nll": nll.detach().mean().item()}
+    found |= {key: parts[key].detach().mean().item() for key in PENALTIES}
     return loss, found
 
 

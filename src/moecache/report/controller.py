@@ -83,13 +83,21 @@ def matched(seeds: pd.DataFrame, reference: pd.DataFrame) -> list[str]:
         lines.append(
             f"- {row['objective']}, threshold {row['threshold']:g} (mean of {row['seeds']} "
             f"seeds): Delta NLL {row['delta_nll']:+.3f} at {row['copies_per_token']:.2f} "
-            f"copies/token, a refresh every {between:.1f} tokens. Matched traffic: "
+            f"copies/token, {every(between)}. Matched traffic: "
             f"{traffic['run']} {traffic['delta_nll']:+.3f} at "
             f"{traffic['copies_per_token']:.2f}. Matched quality: {quality['run']} "
             f"({quality['delta_nll']:+.3f}) copies {quality['copies_per_token']:.2f}, the "
             f"controller {ratio:.2f}x as many."
         )
     return lines
+
+
+def every(between: float) -> str:
+    return (
+        "no refresh after the first token"
+        if pd.isna(between)
+        else (f"a refresh every {between:.1f} tokens")
+    )
 
 
 def longer_frame(longer) -> tuple[pd.DataFrame, list[str]]:
