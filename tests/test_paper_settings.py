@@ -68,8 +68,14 @@ def test_every_config_lists_its_whole_dag(tmp_path):
 def test_paper_dag_has_every_run_shard_and_multiplier(tmp_path):
     result = snakemake(tmp_path, "all", "-n", configfile=REPO / "config/olmoe.yaml")
     jobs = planned_jobs(result.stdout)
-    assert jobs["run_results"] == 28 and jobs["decode"] == 2
+    # 12 runs as in the paper's Table 1 (8 at three multipliers), and the controller at two
+    # thresholds, at three multipliers.
+    assert jobs["run_results"] == 34 and jobs["decode"] == 2
     assert jobs["heldout"] == 2 and jobs["gates"] == 2
+    # The controller: 2 objectives x 3 seeds + 4 prices; 6 thresholds x 3 multipliers + the
+    # compared runs at each; the longer sequences once.
+    assert jobs["controller_train"] == 10 and jobs["controller_sweep"] == 21
+    assert jobs["controller_longer"] == 1
     for target in ("results/runs/a/lru-x50.json", "results/runs/b/dwell-64-x1.json"):
         assert target in result.stdout
 
@@ -130,6 +136,10 @@ def test_rehearsal_runs_the_pretrained_path(rehearsal_run):
         assert not list(merged.glob("*.bin")) and not list(merged.glob("*.pt"))
         measured = rehearsal_run / f"results/router_tuning/measured/{variant}.json"
         assert json.loads(measured.read_text())["source"].endswith(f"{variant}/model")
+    # The controller's heads over the checkpoint, decoded beside the other runs.
+    assert (rehearsal_run / "results/controller/heads/differentiable-s0.safetensors").exists()
+    controller = json.loads((rehearsal_run / "results/runs/a/controller-t50-x1.json").read_text())
+    assert controller["policy"] == "controller" and controller["totals"]["timed_tokens"] > 0
 
 
 def test_rehearsal_builds_every_table_and_figure(rehearsal_run):
