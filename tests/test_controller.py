@@ -248,4 +248,4 @@ def test_smoke_run_trains_evaluates_and_fills_the_tables(smoke_run):
     assert set(longer["whole"]) == set(longer["pieces"]) == {"dwell-4", "static", "controller-t50"}
     text = (smoke_run / "figures" / "table_controller.md").read_text()
     assert "keeps its cached set across sequences" in text
-    assert "the gap" in text
+    assert "the conjecture expects toward" in text

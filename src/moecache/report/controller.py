@@ -119,11 +119,13 @@ def longer_frame(longer) -> tuple[pd.DataFrame, list[str]]:
                     label: summary[label][name]["delta_nll"] - summary[label][other]["delta_nll"]
                     for label in ("pieces", "whole")
                 }
-                verdict = "narrows" if abs(gap["whole"]) < abs(gap["pieces"]) else "does not narrow"
+                moved = gap["whole"] - gap["pieces"]
+                side = "toward" if moved < 0 else "away from"
                 lines.append(
-                    f"- {name} against {other}: Delta NLL gap {gap['pieces']:+.3f} in pieces "
-                    f"of {summary['piece_tokens']} tokens, {gap['whole']:+.3f} on whole "
-                    f"sequences of {summary['tokens']}: the gap {verdict}."
+                    f"- {name} minus {other}, Delta NLL: {gap['pieces']:+.3f} in pieces of "
+                    f"{summary['piece_tokens']} tokens, {gap['whole']:+.3f} on whole sequences "
+                    f"of {summary['tokens']}: whole sequences move it {moved:+.3f} nats, "
+                    f"{side} the controller (the conjecture expects toward)."
                 )
         return frame, lines
     return pd.DataFrame(
