@@ -273,7 +273,9 @@ def heads_flags(wildcards):
     """--objective, --seed and --price of one heads file, from its name."""
     objective, rest = wildcards.heads.split("-s", 1)
     seed, _, price = rest.partition("-e")
-    return f"--objective {objective} --seed {seed}" + (f" --price {price}" if price else "")
+    return f"--objective {objective} --seed {seed}" + (
+        f" --price {price}" if price else ""
+    )
 
 
 def sweep_point(point):
@@ -291,7 +293,9 @@ def controller_sweeps():
         return []
     points = [f"t{round(100 * t)}" for t in CONTROLLER["thresholds"]] + ["reference"]
     return expand(
-        "results/controller/sweep/{point}-x{m}", point=points, m=CONTROLLER["multipliers"]
+        "results/controller/sweep/{point}-x{m}",
+        point=points,
+        m=CONTROLLER["multipliers"],
     )
 
 

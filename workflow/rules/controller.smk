@@ -42,7 +42,9 @@ rule controller_sweep:
         model=built("results/model"),
         sequences=f"results/heldout/{FIRST_SHARD}.parquet",
         gates=f"results/gates/{FIRST_SHARD}.json",
-        heads=lambda wildcards: [] if wildcards.point == "reference" else controller_heads(),
+        heads=lambda wildcards: (
+            [] if wildcards.point == "reference" else controller_heads()
+        ),
     output:
         directory("results/controller/sweep/{point}-x{multiplier}"),
     log:
