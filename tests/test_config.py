@@ -34,7 +34,7 @@ BAD = [
     ("harness.restricted_layers", [1, 3], "harness.restricted_layers"),
     ("model.architecture.num_experts_per_tok", 20, "model.architecture.num_experts_per_tok"),
     ("corpus.heldout.shards", {"a": 0, "b": 2}, "corpus.heldout.shards.b"),
-    ("corpus.heldout.max_tokens", 65, "corpus.heldout.max_tokens"),
+    ("corpus.heldout.max_tokens", 129, "corpus.heldout.max_tokens"),
     # Cross-key rules the workflow relies on when it builds its DAG.
     ("harness.trace_run", "lru-1", "harness.trace_run: 'lru-1' is not a run"),
     ("harness.trace_run", "static", "harness.trace_run: 'static' restricts routing"),

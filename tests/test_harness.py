@@ -379,7 +379,17 @@ def test_decode_results_from_the_pipeline(smoke_run):
     assert len(lru["sequences"]) == config["corpus"]["heldout"]["sequences"]
     assert lru["versions"]["torch"] and lru["settings"]["harness"]["runs"] == runs
     trace = pd.read_parquet(smoke_run / "results/traces/a/lru-x1.parquet")
-    assert list(trace.columns) == ["sequence", "layer", "token", "requested", "used", "probs"]
+    assert list(trace.columns) == [
+        "sequence",
+        "layer",
+        "token",
+        "requested",
+        "used",
+        "copied",
+        "refreshed",
+        "decide_seconds",
+        "probs",
+    ]
     assert set(trace["layer"]) == set(config["harness"]["restricted_layers"])
     assert trace["probs"].map(len).eq(config["model"]["architecture"]["num_experts"]).all()
     assert (trace["requested"].map(sorted) == trace["used"].map(sorted)).all()  # lossless

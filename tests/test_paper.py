@@ -230,7 +230,8 @@ def test_table1_cells_equal_their_run_files(smoke_run):
         low, high = runs[row.run]["totals"]["tokens_per_second_ci"]
         assert (row.tokens_per_second_lo, row.tokens_per_second_hi) == pytest.approx((low, high))
         assert row.copies_per_token >= row.rho  # fills after the first token count too
-        assert row.routing == ("restricted" if row.policy in ("dwell", "static") else "preserved")
+        restricting = ("dwell", "static", "controller")
+        assert row.routing == ("restricted" if row.policy in restricting else "preserved")
     devices = pd.read_csv(figures / "table1_devices.csv")
     bandwidth = json.loads((smoke_run / "results/bandwidth/cpu.json").read_text())
     assert devices.loc[0, "tau_ms"] == pytest.approx(bandwidth["multipliers"]["1"]["tau_ms"])
@@ -415,7 +416,7 @@ def test_figures_are_pdf_and_png(smoke_run):
 def test_fig1_target_builds_only_what_it_needs(tmp_path):
     """`snakemake figures/fig1.pdf`: the model, the first shard's gates, its one
     interleaved decode job and a results file per run (1x and the copy multipliers), the
-    bandwidth, and the figure; nothing else."""
+    bandwidth, the one heads file the controller run reads, and the figure; nothing else."""
     config = load_yaml(SMOKE)
     result = snakemake(tmp_path, "figures/fig1.pdf", "-n", "--cores", "1", "--quiet", "rules")
     jobs = {}
@@ -436,6 +437,7 @@ def test_fig1_target_builds_only_what_it_needs(tmp_path):
         "decode": 1,
         "run_results": decodes,
         "bandwidth": 1,
+        "controller_train": 1,
         "fig1": 1,
     }, result.stdout
 
