@@ -191,6 +191,63 @@ def test_arms_take_turns_and_the_recorded_arm_goes_first():
     assert len({tuple(o) for o in orders}) > 2
 
 
+def test_scaled_runs_decode_token_by_token_beside_a_1x_twin(smoke, tmp_path):
+    """A run at a slower link decodes its first sequences token by token beside a 1x twin
+    of itself, each on its own slots; farthest-future reads the 1x LRU run's demand there.
+    The twin makes the copies the 1x run made, and equation (1) predicts from it."""
+    from moecache.harness import jobs
+    from moecache.report import cost_model
+
+    config, model, sequences = smoke
+    harness = config["harness"] | {
+        "runs": {
+            "lru": {"policy": "lru", "multipliers": [1, 10, 50]},
+            "farthest-future": {"policy": "farthest-future", "multipliers": [1, 10]},
+        },
+        "scaled_sequences": 2,
+    }
+    gates_file = tmp_path / "gates.json"
+    gates_file.write_text("{}")
+    jobs.run_decode(
+        config | {"harness": harness},
+        None,
+        None,
+        "a",
+        "a",
+        gates_file,
+        tmp_path / "runs",
+        first=3,
+        loaded=(model, sequences),
+    )
+    runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")}
+    assert set(runs) == {
+        "lru-x1",
+        "lru-x10",
+        "lru-x50",
+        "farthest-future-x1",
+        "farthest-future-x10",
+    }
+    assert runs["lru-x10"]["interleaved_with"] == ["lru-twin-x1", "lru-x50"]
+    for label in ("lru-x10", "lru-x50", "farthest-future-x10"):
+        name = runs[label]["run"]
+        twin = runs[label]["twin_1x"]
+        assert [r["sequence"] for r in twin["sequences"]] == [0, 1]
+        one = runs[f"{name}-x1"]["sequences"][:2]
+        assert [r["timed_copies"] for r in twin["sequences"]] == [r["timed_copies"] for r in one]
+        assert twin["totals"]["timed_copies"] == runs[label]["totals"]["timed_copies"]
+        point = cost_model.point(runs[label])
+        assert point.twin.multiplier == 1 and point.twin.sequences == (0, 1)
+        assert point.twin.step_ms == pytest.approx(twin["totals"]["step_ms"])
+    # Belady copies no more than LRU on the same sequences, token by token as alone.
+    ff, lru = runs["farthest-future-x10"]["totals"], runs["lru-x10"]["totals"]
+    assert 0 < ff["timed_copies"] <= lru["timed_copies"]
+    rows, orphans = cost_model.cost_rows(
+        [cost_model.point(runs["lru-x1"], 0.01)], [cost_model.point(runs["lru-x10"])], {}
+    )
+    assert orphans == [] and rows[0]["reference"] == "twin"
+    assert rows[0]["n"] == pytest.approx(runs["lru-x10"]["twin_1x"]["totals"]["copies_per_token"])
+
+
 def test_arms_decoded_token_by_token_count_as_alone_and_never_two_pools(smoke):
     """The gates compare the own block with the pool token by token: each arm's NLL, copies
     and trace are what it gives decoded alone; two pooled arms (which share slots) are

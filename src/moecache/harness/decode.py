@@ -42,14 +42,26 @@ class Offload:
     new_link: Callable[[str], SlowLink]  # another kind of link over the same hosts
 
     def arm(
-        self, name, make_policy, capacity, multiplier=1, future_of=None, limit=None, link=None
+        self,
+        name,
+        make_policy,
+        capacity,
+        multiplier=1,
+        future_of=None,
+        limit=None,
+        link=None,
+        own_slots=False,
     ) -> Arm:
-        """`link`: this arm's own slower link (default: the offload's)."""
+        """`link`: this arm's own slower link (default: the offload's); `own_slots`: slot
+        storage of its own, to decode token by token beside other pooled arms."""
         link = link or self.link
+        hosts = {
+            layer: host.own_slots() if own_slots else host for layer, host in self.hosts.items()
+        }
         blocks = {
             layer: PooledMoeBlock(
                 mlp,
-                ExpertPool(self.hosts[layer], capacity, multiplier, link),
+                ExpertPool(hosts[layer], capacity, multiplier, link),
                 placed(make_policy(), layer),
             )
             for layer, mlp in self.own.items()
@@ -94,6 +106,7 @@ class Arm:
     limit: int | None = None  # decodes only the first this many sequences (None: all)
     rows: list = field(default_factory=list)
     traces: list = field(default_factory=list)
+    demand: dict = field(default_factory=dict)  # sequence -> layer -> requested experts
 
 
 @contextlib.contextmanager
@@ -177,16 +190,18 @@ def decode_one(model, arm: Arm, ids, device, future=None) -> dict:
 @torch.inference_mode()
 def decode_tokens(model, arms: list[Arm], ids, device, own=None, futures=None, turn=0) -> dict:
     """One sequence under each of `arms`, token by token: every arm decodes token t, in an
-    order rotating with t, before any decodes t + 1, each with its own KV cache, so that
-    drift at any time scale falls on all of them alike. With `own` each arm's blocks are
-    put into the model before each of its tokens (without, the one arm's are in already).
-    Arms decoded together must not share slots: at most one of them is pooled."""
+    order shuffled per token (seeded with `turn` and t), before any decodes t + 1, each
+    with its own KV cache, so that drift at any time scale falls on all of them alike and
+    no arm always follows the same neighbour. With `own` each arm's blocks are put into the
+    model before each of its tokens (without, the one arm's are in already). Pooled arms
+    decoded together must not share slots (`Offload.arm(own_slots=True)`)."""
     from transformers import DynamicCache
 
-    if sum(bool(arm.blocks) for arm in arms) > 1:
+    storage = [id(block.pool.host.gate_up) for arm in arms for block in arm.blocks.values()]
+    if len(storage) != len(set(storage)):
         raise MoecacheError(
-            f"arms {', '.join(a.name for a in arms)}: more than one is pooled, and pooled "
-            "arms of one process share the slot storage: decode them one after another"
+            f"arms {', '.join(a.name for a in arms)}: pooled arms that share the slot storage "
+            "cannot decode token by token together: give each its own slots"
         )
     if len(arms) > 1 and own is None:
         raise MoecacheError("decoding several arms token by token needs the model's own blocks")
@@ -202,9 +217,9 @@ def decode_tokens(model, arms: list[Arm], ids, device, own=None, futures=None, t
         state[arm.name] = {"pools": pools, "cache": DynamicCache(config=model.config)}
         state[arm.name].update(nll_sum=0.0, step_seconds=0.0, first_fills=0)
     x = torch.tensor([ids], device=device)
+    shuffle = random.Random(turn)
     for t in range(len(ids)):
-        k = (t + turn) % len(arms)
-        for arm in arms[k:] + arms[:k]:
+        for arm in shuffle.sample(arms, len(arms)) if len(arms) > 1 else arms:
             s = state[arm.name]
             if own is not None:
                 use(model, arm, own)
@@ -260,16 +275,26 @@ def decode(
     repeats=1,
     seed=0,
     lockstep=False,
+    demand=None,
 ) -> dict[str, dict]:
     """Decode every sequence under every arm, interleaved; results per arm name.
-    `lockstep`: interleaved token by token (decode_tokens), not sequence by sequence."""
-    names = {arm.name for arm in arms}
+    `lockstep`: interleaved token by token (decode_tokens), not sequence by sequence; an
+    arm that reads another's demand then reads it from `demand` (an arm of an earlier
+    decode: its `demand`, sequence by sequence)."""
+    demand = demand or {}
+    here = set() if lockstep else {arm.name for arm in arms}
     for arm in arms:
-        if arm.future_of is not None and arm.future_of not in names:
+        if arm.future_of is not None and arm.future_of not in here | set(demand):
             raise MoecacheError(f"run {arm.name}: reads the demand of {arm.future_of}, not here")
     try:
         # A global warm-up, not counted: every arm decodes the first tokens once.
-        passes = lockstep_pass if lockstep else one_pass
+        if lockstep:
+
+            def passes(model, sequences, device, arms, own, rep, record):
+                lockstep_pass(model, sequences, device, arms, own, rep, record, demand)
+
+        else:
+            passes = one_pass
         passes(model, [sequences[0][: warmup_tokens + 1]], device, arms, own, 0, None)
         with no_cyclic_gc():
             for rep in range(repeats):
@@ -306,12 +331,14 @@ def one_pass(model, sequences, device, arms, own, rep, record) -> None:
             demand[arm.name] = {layer: block.requested() for layer, block in arm.blocks.items()}
             if record:
                 record(arm, seq, rep, row)
+                arm.demand[seq] = demand[arm.name]
 
 
-def lockstep_pass(model, sequences, device, arms, own, rep, record) -> None:
+def lockstep_pass(model, sequences, device, arms, own, rep, record, demand=None) -> None:
     label = f"pass {rep + 1}, token by token" if record else "warm-up"
     for seq, ids in enumerate(tqdm(sequences, desc=label, unit="seq")):
-        rows = decode_tokens(model, arms, ids, device, own, turn=seq + rep)
+        futures = {a.name: demand[a.future_of][seq] for a in arms if a.future_of}
+        rows = decode_tokens(model, arms, ids, device, own, futures, turn=seq + rep)
         if record:
             for arm in arms:
                 record(arm, seq, rep, rows[arm.name])

@@ -143,12 +143,10 @@ def run_decode(
         slots=slots,
         link=link.configured(harness),
     ) as off:
-        # Runs at a multiplier above 1 may decode only the first sequences: slow copies
-        # cost most there, and equation (1) is checked on the same sequences at 1x.
-        scaled = harness.get("scaled_sequences")
+        one = {label: spec for label, spec in specs.items() if spec[3] == 1}
         arms = [
-            off.arm(label, factories[label], capacity, m, reads, scaled if m > 1 else None)
-            for label, (_, _, capacity, m, reads) in specs.items()
+            off.arm(label, factories[label], capacity, 1, reads)
+            for label, (_, _, capacity, _, reads) in one.items()
         ]
         memory = off.device_bytes()
         results = decode.decode(
@@ -161,6 +159,35 @@ def run_decode(
             harness.get("repeats", 1),
             settings["seed"],
         )
+        demand = {arm.name: arm.demand for arm in arms}
+        # Runs at a multiplier above 1 decode the first sequences token by token beside a
+        # 1x twin of themselves, each on slots of its own: drift on this machine's second
+        # scales falls on the twin and the slower links alike, and equation (1) predicts
+        # them from the twin. Slow copies cost most here, hence the fewer sequences.
+        twins = {}
+        for name in dict.fromkeys(spec[0] for spec in specs.values() if spec[3] > 1):
+            group = [(f"{name}-twin-x1", 1)] + [
+                (label, spec[3]) for label, spec in specs.items() if spec[0] == name and spec[3] > 1
+            ]
+            _, _, capacity, _, reads = next(specs[label] for label, m in group[1:])
+            make = factories[group[1][0]]
+            twin = decode.decode(
+                model,
+                sequences[: harness.get("scaled_sequences")],
+                harness["device"],
+                [off.arm(label, make, capacity, m, reads, own_slots=True) for label, m in group],
+                off.own,
+                harness["warmup_tokens"],
+                harness.get("repeats", 1),
+                settings["seed"],
+                lockstep=True,
+                demand=demand,
+            )
+            twins[name] = twin.pop(group[0][0])
+            results.update(twin)
+    for label, (name, _, _, m, _) in specs.items():
+        if m > 1:
+            same_counts(label, results[label], twins[name], results.get(f"{name}-x1"))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = harness["device"]
@@ -181,8 +208,8 @@ def run_decode(
             "base_nll": base_nll,
             "gates": str(gates_path),
             "trace_in": reads,
-            "interleaved_with": sorted(set(specs) - {label}),
-            "reference_1x": reference_1x(results, name, m, result["sequences"]),
+            "interleaved_with": interleaved_with(specs, label),
+            "twin_1x": None if m == 1 else twin_record(twins[name]),
             "device_memory": memory,
             "totals": totals,
             "sequences": result["sequences"],
@@ -198,14 +225,35 @@ def run_decode(
     return {label: results[label]["totals"] for label in specs}
 
 
-def reference_1x(results: dict, name: str, multiplier: int, rows: list) -> dict | None:
-    """For a run at a multiplier above 1: the same run's 1x totals on the same sequences,
-    decoded interleaved with it (what equation (1) predicts from)."""
-    one = results.get(f"{name}-x1")
-    if multiplier == 1 or one is None:
-        return None
-    decoded = {row["sequence"] for row in rows}
-    return decode.totals([row for row in one["sequences"] if row["sequence"] in decoded])
+def interleaved_with(specs: dict, label: str) -> list[str]:
+    """The arms decoded beside `label`: the other 1x runs, or its twin and its other
+    multipliers."""
+    name, m = specs[label][0], specs[label][3]
+    if m == 1:
+        return sorted(k for k, spec in specs.items() if spec[3] == 1 and k != label)
+    scaled = {k for k, spec in specs.items() if spec[0] == name and spec[3] > 1}
+    return sorted({f"{name}-twin-x1"} | scaled - {label})
+
+
+def twin_record(twin: dict) -> dict:
+    """What the results file keeps of a scaled run's 1x twin: its totals and per-sequence
+    timing (equation (1)'s reference)."""
+    keys = ("sequence", "timed_tokens", "step_seconds", "copy_seconds", "timed_copies")
+    rows = [{key: row[key] for key in keys} for row in twin["sequences"]]
+    return {"totals": twin["totals"], "sequences": rows}
+
+
+def same_counts(label: str, scaled: dict, twin: dict, one: dict | None) -> None:
+    """A slower link changes no decision: the scaled run, its twin and (on the sequences
+    both decoded) the run at 1x made the same copies."""
+    counts = ("timed_copies", "fills", "steady")
+    for seq, (a, b) in enumerate(zip(scaled["sequences"], twin["sequences"], strict=True)):
+        c = one["sequences"][seq] if one else b
+        if any(not a[key] == b[key] == c[key] for key in counts):
+            raise MoecacheError(
+                f"run {label}: sequence {seq} made other copies than its 1x twin or 1x run "
+                f"({', '.join(f'{k} {a[k]}/{b[k]}/{c[k]}' for k in counts)})"
+            )
 
 
 def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:

@@ -2,7 +2,8 @@
 
 `HostExperts` holds a layer's expert weights in host memory (pinned on a GPU) and the
 device slot storage; the decode runs of one process share it, each through an
-`ExpertPool` of its own capacity, copy multiplier and counters. A miss copies the expert's
+`ExpertPool` of its own capacity, copy multiplier and counters (runs decoded token by
+token beside each other take slot storage of their own, `own_slots`). A miss copies the expert's
 weights into a free slot; evicting only forgets the slot, no data moves. Copies are queued
 on the current stream, the one the expert matmuls use, so the matmuls see the new weights
 and wait for them, as the paper's blocking copies; each group of copies is timed (CUDA
@@ -46,6 +47,13 @@ class HostExperts:
     @property
     def slot_bytes(self) -> int:
         return len(self.gate_up) * self.expert_bytes
+
+    def own_slots(self) -> HostExperts:
+        """The same host weights with slot storage of their own: for runs decoded token by
+        token beside each other, whose residents must not overwrite each other's."""
+        other = copy.copy(self)
+        other.gate_up, other.down = torch.empty_like(self.gate_up), torch.empty_like(self.down)
+        return other
 
 
 class ExpertPool:

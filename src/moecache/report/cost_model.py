@@ -13,10 +13,12 @@ reproduces the measured step exactly. The prediction at multiplier m is c + n * 
 Each policy's cost is linear in tau, so the winner can change only where two lines cross,
 at tau_ij = (c_j - c_i) / (n_i - n_j). That is what `moecache choose` and Figure 1 use.
 
-The check against the runs repeated at m > 1 (`cost_rows`) predicts each from its own 1x
-run on the same sequences: tau(1) there is the time per copy as that run timed its own
-copies (after each token's compute, as they happen), and tau(m) = m tau(1), the slower
-link's definition. The bandwidth file's tau(m) is shown beside it.
+The check against the runs repeated at m > 1 (`cost_rows`) predicts each from its 1x twin:
+the same policy decoded at 1x token by token beside it, on the same sequences, so that
+the machine's drift falls on both alike (a results file without a twin falls back to the
+run's own 1x run on those sequences). tau(1) there is the time per copy as the twin timed
+its own copies (after each token's compute, as they happen), and tau(m) = m tau(1), the
+slower link's definition. The bandwidth file's tau(m) is shown beside it.
 
 Intervals resample sequences (every run of a shard decodes the same sequences): a run's
 predicted ms/token is the token-weighted mean of its sequences' c_s + n_s * tau, with
@@ -80,6 +82,7 @@ class MeasuredRun:
     seq_copies: tuple = ()  # copies at its timed tokens
     seq_copy_ms: tuple = ()  # ms of those copies, as the harness timed them
     tau1_ms: float | None = None
+    twin: MeasuredRun | None = None  # for a run at m > 1: its 1x twin (equation (1)'s base)
 
     @property
     def n(self) -> float:
@@ -178,6 +181,7 @@ def point(report: dict, tau1_ms: float | None = None, path=None) -> MeasuredRun:
             f"{where}not a decode run's results as the cost model reads them "
             f"(no {', '.join(missing)})"
         )
+    twin = report.get("twin_1x")
     run = MeasuredRun(
         run=report["run"],
         policy=report["policy"],
@@ -200,7 +204,32 @@ def point(report: dict, tau1_ms: float | None = None, path=None) -> MeasuredRun:
         seq_copies=tuple(r["timed_copies"] for r in rows),
         seq_copy_ms=tuple(1e3 * r["copy_seconds"] for r in rows),
     )
+    if twin:
+        run = dataclasses.replace(run, twin=twin_point(run, twin))
     return run if tau1_ms is None else run.priced(tau1_ms)
+
+
+def twin_point(run: MeasuredRun, twin: dict) -> MeasuredRun:
+    """A scaled run's 1x twin (results key `twin_1x`) as a measured run of its own."""
+    totals, rows = twin["totals"], twin["sequences"]
+    return dataclasses.replace(
+        run,
+        multiplier=1,
+        step_ms=totals["step_ms"],
+        step_ms_ci=tuple(totals["step_ms_ci"]),
+        tokens_per_second=totals["tokens_per_second"],
+        tokens_per_second_ci=tuple(totals["tokens_per_second_ci"]),
+        rho=totals["rho"],
+        copies_per_token=totals["copies_per_token"],
+        copy_share=totals["copy_share"],
+        measured_compute_ms=totals["compute_ms"],
+        measured_compute_ms_ci=tuple(totals["compute_ms_ci"]),
+        sequences=tuple(r["sequence"] for r in rows),
+        seq_tokens=tuple(r["timed_tokens"] for r in rows),
+        seq_step_ms=tuple(1e3 * r["step_seconds"] for r in rows),
+        seq_copies=tuple(r["timed_copies"] for r in rows),
+        seq_copy_ms=tuple(1e3 * r["copy_seconds"] for r in rows),
+    )
 
 
 def read_points(paths, tau1_ms: float | None = None) -> list[MeasuredRun]:
@@ -370,9 +399,10 @@ def overlap(a, b) -> bool:
 def cost_rows(
     points: list[MeasuredRun], scaled: list[MeasuredRun], taus: dict
 ) -> tuple[list[dict], list[str]]:
-    """One row per run repeated at a multiplier m > 1, predicted from its 1x run on the
-    same sequences: n its copies per timed token, tau(1) the time per copy as that run
-    timed its own copies, c its step less those copies, and the predicted ms/token
+    """One row per run repeated at a multiplier m > 1, predicted from its 1x twin (else
+    its 1x run on the same sequences): n its copies per timed token, tau(1) the time per
+    copy as the twin timed its own copies, c its step less those copies, and the predicted
+    ms/token
     c + n m tau(1) (a link m times slower); the measured one with its interval, the
     relative error (predicted / measured - 1) and whether it is within 5%. `taus`: the
     bandwidth file's tau(m), shown beside (copies timed back to back, apart from a run's
@@ -380,7 +410,7 @@ def cost_rows(
     by_run = {p.run: p for p in points}
     rows, orphans = [], []
     for s in sorted(scaled, key=lambda s: (s.multiplier, s.run)):
-        base = by_run.get(s.run)
+        base = s.twin or by_run.get(s.run)
         if base is None:
             orphans.append(f"{s.run} at {s.multiplier:g}x")
             continue
@@ -393,6 +423,7 @@ def cost_rows(
             {
                 "multiplier": s.multiplier,
                 "run": s.run,
+                "reference": "twin" if s.twin else "1x run",
                 "n": base.n,
                 "c_ms": c,
                 "tau1_ms": tau1,
