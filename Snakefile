@@ -24,6 +24,7 @@ include: "workflow/rules/replay.smk"
 include: "workflow/rules/learned.smk"
 include: "workflow/rules/router_tuning.smk"
 include: "workflow/rules/controller.smk"
+include: "workflow/rules/accuracy.smk"
 include: "workflow/rules/report.smk"
 
 

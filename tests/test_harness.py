@@ -417,7 +417,8 @@ def test_decode_results_from_the_pipeline(smoke_run):
     # Every policy runs closed loop, the zoo's best two as in the embedded default (each zoo
     # rule's harness path equals its replay: tests/test_zoo.py); learned scorers decode in
     # the learned stage's own closed-loop job (tests/test_learned.py).
-    assert decoded == set(POLICIES) - set(ZOO) - {"learned"} | {"lfu", "s3-fifo"}
+    # The oracle set runs in the accuracy stage (tests/test_accuracy.py).
+    assert decoded == set(POLICIES) - set(ZOO) - {"learned", "oracle-set"} | {"lfu", "s3-fifo"}
     closed = smoke_run.glob("results/learned/closed-loop/*/*.json")
     assert {json.loads(p.read_text())["policy"] for p in closed} == {"learned"}
     for shard in config["corpus"]["heldout"]["shards"]:

@@ -16,6 +16,7 @@ STAGES = (
     "learned",
     "router_tuning",
     "controller",
+    "accuracy",
     "report",
 )
 

@@ -76,6 +76,8 @@ def test_paper_dag_has_every_run_shard_and_multiplier(tmp_path):
     # compared runs at each; the longer sequences once.
     assert jobs["controller_train"] == 10 and jobs["controller_sweep"] == 21
     assert jobs["controller_longer"] == 1
+    # Table 2: the hub's MMLU and the documentation task, every row on each.
+    assert jobs["accuracy_task"] == 2 and jobs["accuracy"] == 2 and jobs["table2"] == 1
     for target in ("results/runs/a/lru-x50.json", "results/runs/b/dwell-64-x1.json"):
         assert target in result.stdout
 
@@ -140,6 +142,10 @@ def test_rehearsal_runs_the_pretrained_path(rehearsal_run):
     assert (rehearsal_run / "results/controller/heads/differentiable-s0.safetensors").exists()
     controller = json.loads((rehearsal_run / "results/runs/a/controller-t50-x1.json").read_text())
     assert controller["policy"] == "controller" and controller["totals"]["timed_tokens"] > 0
+    # Table 2's rows through lm-eval on the checkpoint and its own tokenizer.
+    for task in config["accuracy"]["tasks"]:
+        summary = json.loads((rehearsal_run / f"results/accuracy/{task}/summary.json").read_text())
+        assert summary["rows"][0]["row"] == "free" and len(summary["rows"]) == 5
 
 
 def test_rehearsal_builds_every_table_and_figure(rehearsal_run):

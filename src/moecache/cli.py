@@ -511,6 +511,32 @@ def cmd_controller_sweep(args):
         )
 
 
+ACCURACY_SECTIONS = ("model", "harness", "controller", "accuracy")
+
+
+def cmd_accuracy_task(args):
+    from moecache.accuracy import stage
+
+    settings = load_settings(args, ("accuracy",))
+    if args.task not in settings["accuracy"]["tasks"]:
+        raise MoecacheError(f"--task {args.task}: not in accuracy.tasks")
+    print(stage.build_task(settings, args.task, args.documents, args.out_dir))
+
+
+def cmd_accuracy(args):
+    from moecache.accuracy import stage
+
+    settings = load_settings(args, ACCURACY_SECTIONS)
+    report = stage.score(
+        settings, args.model, args.tokenizer, args.task, args.sweep, args.heads_dir, args.out_dir
+    )
+    for row in report["rows"]:
+        print(
+            f"{row['row']}: accuracy {row['accuracy']:.3f}, retention {row['retention']:.3f}, "
+            f"switch rate {row['switch_rate']:.3f}"
+        )
+
+
 def cmd_controller_longer(args):
     from moecache.controller import evaluate
 
@@ -793,6 +819,15 @@ def parser() -> argparse.ArgumentParser:
     on_model(p, "--sequences", "--gates", "--heads", "--out-dir")
     p.add_argument("--shard", required=True)
 
+    p = with_settings(command("accuracy-task", cmd_accuracy_task, "build one lm-eval task"))
+    p.add_argument("--task", required=True, help="a name in accuracy.tasks")
+    p.add_argument("--documents", nargs="*", type=Path, default=[], help="held-out text")
+    p.add_argument("--out-dir", required=True, type=Path)
+    p = with_settings(command("accuracy", cmd_accuracy, "every Table 2 row on one task"))
+    on_model(p, "--task", "--out-dir", "--heads-dir")
+    p.add_argument("--tokenizer", required=True, help="a tokenizer folder or hub id")
+    p.add_argument("--sweep", nargs="*", type=Path, default=[], help="controller sweep folders")
+
     def paper_inputs(p):
         p.add_argument("name", help="table1, table2, ... or fig1, fig2")
         p.add_argument("--out-dir", type=Path, default=Path("figures"))
@@ -810,6 +845,7 @@ def parser() -> argparse.ArgumentParser:
             ("router", "moecache router-measure results"),
             ("longer", "moecache controller-longer folders"),
             ("controller", "controller heads files"),
+            ("accuracy", "moecache accuracy summaries"),
         ):
             flag = "--" + role.replace("_", "-")
             p.add_argument(flag, nargs="*", type=Path, default=[], help=what)

@@ -16,7 +16,12 @@ def bootstrap_ratio(numerators, denominators, seed: int, level: float = 0.95):
     num, den = np.asarray(numerators, float), np.asarray(denominators, float)
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(num), size=(BOOTSTRAP_RESAMPLES, len(num)))
-    ratios = num[picks].sum(axis=1) / den[picks].sum(axis=1)
+    sums = den[picks].sum(axis=1)
+    # A resample whose denominator is 0 has no ratio (e.g. retention where the resampled
+    # questions were all missed by the reference): it is left out, not counted as one.
+    ratios = num[picks].sum(axis=1)[sums != 0] / sums[sums != 0]
+    if not len(ratios):
+        return [float("nan"), float("nan")]
     tail = (1 - level) / 2
     return [float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))]
 

@@ -165,6 +165,7 @@ def final_outputs():
         *router_measured(),  # router_tuning.smk
         *controller_sweeps(),  # controller.smk
         *controller_longer(),
+        *accuracy_summaries(),  # accuracy.smk
         *PAPER_OUTPUTS,
     ]
 
@@ -301,6 +302,16 @@ def controller_sweeps():
 
 def controller_longer():
     return ["results/controller/longer"] if CONTROLLER else []
+
+
+# Multiple-choice accuracy (accuracy.smk): its controller rows need the controller's heads.
+ACCURACY = config.get("accuracy") or {}
+
+
+def accuracy_summaries():
+    if not (ACCURACY and CONTROLLER):
+        return []
+    return expand("results/accuracy/{task}/summary.json", task=ACCURACY["tasks"])
 
 
 def controller_heads_of_runs(shard):

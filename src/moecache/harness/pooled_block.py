@@ -70,22 +70,15 @@ class PooledMoeBlock(nn.Module):
             if decided is not None:
                 self.policy.see(decided[0])
             out = self.token(x, first, requests[0], top_weights, dtype, router_logits, lap)
-        else:
-            if decided is not None:
-                raise NotImplementedError("a policy that reads hidden states decodes tokens")
-            out = torch.cat(
-                [
-                    self.token(
-                        x[i : i + 1],
-                        None if probs is None else probs[i],
-                        requests[i],
-                        top_weights[i : i + 1],
-                        dtype,
-                        router_logits[i : i + 1],
-                    )
-                    for i in range(len(x))
-                ]
-            )
+        else:  # a whole sequence teacher-forced (lm-eval): token by token, as decoding
+            out = []
+            for i in range(len(x)):
+                if decided is not None:
+                    self.policy.see(decided[i])
+                p = None if probs is None else probs[i]
+                w, logits = top_weights[i : i + 1], router_logits[i : i + 1]
+                out.append(self.token(x[i : i + 1], p, requests[i], w, dtype, logits))
+            out = torch.cat(out)
         return out.reshape(batch, length, hidden)
 
     def token(

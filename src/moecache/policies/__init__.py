@@ -23,6 +23,7 @@ from moecache.policies.lfu import LFU
 from moecache.policies.lirs import LIRS
 from moecache.policies.lru import LRU
 from moecache.policies.mean_interval import MeanInterval
+from moecache.policies.oracle_set import OracleSet
 from moecache.policies.router_logit import RouterLogit
 from moecache.policies.s3_fifo import S3FIFO
 from moecache.policies.sieve import Sieve
@@ -42,6 +43,7 @@ POLICIES: dict[str, type[Policy]] = {
         Learned,
         Dwell,
         Static,
+        OracleSet,
         Controller,
         # The zoo: classic per-request rules run per token (one file each, EventPolicy).
         FIFO,

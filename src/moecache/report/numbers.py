@@ -38,6 +38,7 @@ NAMES = (
     "learned",
     "router_tuning",
     "controller",
+    "accuracy",
     "runtime",
 )
 
@@ -906,6 +907,56 @@ def controller_section(workdir: Path) -> str:
     return "\n\n".join([*parts, "\n".join(lines)])
 
 
+def accuracy_section(workdir: Path) -> str:
+    """Table 2 per task: each row's accuracy and retention with their intervals, the
+    seeds' mean with its standard error, the measured switch rate; the tasks' lines."""
+    from moecache.report import tables
+
+    found = sorted((workdir / "results/accuracy").glob("*/summary.json"))
+    if not found:
+        return "No accuracy stage in this run (the config has no `accuracy` section)."
+    made = tables.table2(found)
+
+    def given(x) -> bool:
+        return x is not None and not math.isnan(x)
+
+    def retention(r) -> str:
+        if given(r["retention_se"]):  # a mean over seeds
+            return f"{100 * r['retention']:.1f}% ± {100 * r['retention_se']:.1f}"
+        if not given(r["retention_lo"]):
+            return f"{100 * r['retention']:.1f}%"
+        lo, hi = 100 * r["retention_lo"], 100 * r["retention_hi"]
+        return f"{100 * r['retention']:.1f}% ({lo:.1f}-{hi:.1f})"
+
+    rows = [
+        (
+            r["task"],
+            r["row"],
+            f"{r['threshold']:g}" if given(r["threshold"]) else "",
+            f"{r['accuracy']:.3f}"
+            + (
+                f" ({r['accuracy_lo']:.3f}-{r['accuracy_hi']:.3f})"
+                if given(r["accuracy_lo"])
+                else ""
+            ),
+            retention(r),
+            f"{100 * r['switch_rate']:.1f}%",
+            fixed(r["copies_per_token"], 2),
+        )
+        for _, r in made.parts[""].iterrows()
+    ]
+    header = (
+        "task",
+        "row",
+        "threshold",
+        "accuracy (95% interval)",
+        "retention (interval, or ± s.e. over seeds)",
+        "switch rate",
+        "copies/token",
+    )
+    return "\n\n".join([table(header, rows), "\n".join(f"- {line}" for line in made.notes)])
+
+
 # (family, test on the benchmark's path under benchmarks/), first match wins.
 FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     (
@@ -924,6 +975,7 @@ FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     ("learned eviction", lambda p: p.startswith("learned/")),
     ("router fine-tuning", lambda p: p.startswith("router_tuning/")),
     ("learned controller", lambda p: p.startswith("controller/")),
+    ("multiple-choice accuracy", lambda p: p.startswith("accuracy/")),
     ("tables and figures", lambda p: p.startswith("figures/")),
     ("other", lambda p: True),
 ]
@@ -978,6 +1030,7 @@ def build(
         "learned": lambda: learned_section(workdir),
         "router_tuning": lambda: router_tuning_section(workdir),
         "controller": lambda: controller_section(workdir),
+        "accuracy": lambda: accuracy_section(workdir),
         "runtime": lambda: runtime_section(workdir),
     }
     sections = {}

@@ -1,0 +1,1 @@
+"""Multiple-choice accuracy under restricted routing, through lm-eval."""
