@@ -51,10 +51,9 @@ def reference_runs(settings: dict, multiplier: int, names=None) -> dict:
     return {name: {**runs[name], "multipliers": [multiplier]} for name in names}
 
 
-def controller_block(run_file: Path, trace_file: Path) -> dict:
+def controller_block(report: dict, trace_file: Path) -> dict:
     """Refreshes after each sequence's first token, per restricted layer and timed token;
-    the heads' seconds over the step seconds of those tokens."""
-    report = read_json(run_file)
+    the heads' seconds over the step seconds of those tokens (`report`: the run's results)."""
     trace = pd.read_parquet(trace_file, columns=["layer", "token", "refreshed", "decide_seconds"])
     timed = trace[trace["token"] > 0]
     layers = timed["layer"].nunique()
@@ -74,7 +73,7 @@ def annotate(out_dir: Path) -> None:
     """Add the controller block to every run file in `out_dir` (from its trace)."""
     for run_file in sorted(out_dir.glob("*.json")):
         report = read_json(run_file)
-        report["controller"] = controller_block(run_file, run_file.with_suffix(".parquet"))
+        report["controller"] = controller_block(report, run_file.with_suffix(".parquet"))
         write_json(run_file, report)
 
 

@@ -89,6 +89,15 @@ class Policy:
             )
         return (1 + t) * self.top_k + np.arange(width, dtype=np.int64)
 
+    def cache_to(self, target, resident, order=None, refresh=True) -> Plan:
+        """The plan that makes `target` resident: admit what is missing, and evict residents
+        outside it, first by `order` (default: the lower id), only as far as the admitted
+        need room (a restricting policy's refresh)."""
+        admit = [e for e in target if e not in resident]
+        room = self.capacity - len(resident)
+        spare = sorted(set(resident).difference(target), key=order)
+        return Plan(admit=admit, evict=spare[: max(0, len(admit) - room)], refresh=refresh)
+
 
 class Pools:
     """The resident sets of many streams' pools: what eviction rules see of ExpertPool.
@@ -297,13 +306,9 @@ class ScheduledPolicy(Policy):
         self.last_request[list(request)] = self.last_use(t, len(request))
         if not self.due(t):
             return Plan()
-        target = self.target(t)
-        admit = [e for e in target if e not in resident]
-        room = self.capacity - len(resident)
-        # Make room by dropping residents outside the target, least recently requested
-        # first (one token's experts in request order, as for LRU).
-        spare = sorted(set(resident).difference(target), key=lambda e: (self.last_request[e], e))
-        return Plan(admit=admit, evict=spare[: max(0, len(admit) - room)], refresh=True)
+        # Residents outside the target leave least recently requested first (one token's
+        # experts in request order, as for LRU).
+        return self.cache_to(self.target(t), resident, lambda e: (self.last_request[e], e))
 
     def observe(self, t: int, request: Sequence[int]) -> None:
         """Record token t's demand (the router's unrestricted top-k)."""

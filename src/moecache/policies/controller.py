@@ -68,7 +68,4 @@ class Controller(Policy):
         if refresh:
             best = np.argsort(-scores, kind="stable")[: self.capacity]
             self.cached = sorted(int(e) for e in best)
-        admit = [e for e in self.cached if e not in resident]
-        room = self.capacity - len(resident)
-        spare = sorted(set(resident).difference(self.cached))
-        return Plan(admit=admit, evict=spare[: max(0, len(admit) - room)], refresh=refresh)
+        return self.cache_to(self.cached, resident, refresh=refresh)
