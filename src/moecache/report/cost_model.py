@@ -181,55 +181,40 @@ def point(report: dict, tau1_ms: float | None = None, path=None) -> MeasuredRun:
             f"{where}not a decode run's results as the cost model reads them "
             f"(no {', '.join(missing)})"
         )
-    twin = report.get("twin_1x")
     run = MeasuredRun(
         run=report["run"],
         policy=report["policy"],
         multiplier=report.get("multiplier", 1),
         delta_nll=totals["delta_nll"],
         restricts=POLICIES[report["policy"]].restricts,
-        step_ms=totals["step_ms"],
-        step_ms_ci=tuple(totals["step_ms_ci"]),
-        tokens_per_second=totals["tokens_per_second"],
-        tokens_per_second_ci=tuple(totals["tokens_per_second_ci"]),
-        rho=totals["rho"],
-        copies_per_token=totals["copies_per_token"],
-        copy_share=totals["copy_share"],
-        measured_compute_ms=totals["compute_ms"],
-        measured_compute_ms_ci=tuple(totals["compute_ms_ci"]),
         shard=report.get("shard"),
-        sequences=tuple(r["sequence"] for r in rows),
-        seq_tokens=tuple(r["timed_tokens"] for r in rows),
-        seq_step_ms=tuple(1e3 * r["step_seconds"] for r in rows),
-        seq_copies=tuple(r["timed_copies"] for r in rows),
-        seq_copy_ms=tuple(1e3 * r["copy_seconds"] for r in rows),
+        **timing(totals, rows),
     )
-    if twin:
-        run = dataclasses.replace(run, twin=twin_point(run, twin))
+    twin = report.get("twin_1x")
+    if twin:  # the same run at 1x, decoded token by token beside it
+        twin = dataclasses.replace(run, multiplier=1, **timing(twin["totals"], twin["sequences"]))
+        run = dataclasses.replace(run, twin=twin)
     return run if tau1_ms is None else run.priced(tau1_ms)
 
 
-def twin_point(run: MeasuredRun, twin: dict) -> MeasuredRun:
-    """A scaled run's 1x twin (results key `twin_1x`) as a measured run of its own."""
-    totals, rows = twin["totals"], twin["sequences"]
-    return dataclasses.replace(
-        run,
-        multiplier=1,
-        step_ms=totals["step_ms"],
-        step_ms_ci=tuple(totals["step_ms_ci"]),
-        tokens_per_second=totals["tokens_per_second"],
-        tokens_per_second_ci=tuple(totals["tokens_per_second_ci"]),
-        rho=totals["rho"],
-        copies_per_token=totals["copies_per_token"],
-        copy_share=totals["copy_share"],
-        measured_compute_ms=totals["compute_ms"],
-        measured_compute_ms_ci=tuple(totals["compute_ms_ci"]),
-        sequences=tuple(r["sequence"] for r in rows),
-        seq_tokens=tuple(r["timed_tokens"] for r in rows),
-        seq_step_ms=tuple(1e3 * r["step_seconds"] for r in rows),
-        seq_copies=tuple(r["timed_copies"] for r in rows),
-        seq_copy_ms=tuple(1e3 * r["copy_seconds"] for r in rows),
-    )
+def timing(totals: dict, rows: list) -> dict:
+    """MeasuredRun's timing fields from a run's totals and per-sequence rows."""
+    return {
+        "step_ms": totals["step_ms"],
+        "step_ms_ci": tuple(totals["step_ms_ci"]),
+        "tokens_per_second": totals["tokens_per_second"],
+        "tokens_per_second_ci": tuple(totals["tokens_per_second_ci"]),
+        "rho": totals["rho"],
+        "copies_per_token": totals["copies_per_token"],
+        "copy_share": totals["copy_share"],
+        "measured_compute_ms": totals["compute_ms"],
+        "measured_compute_ms_ci": tuple(totals["compute_ms_ci"]),
+        "sequences": tuple(r["sequence"] for r in rows),
+        "seq_tokens": tuple(r["timed_tokens"] for r in rows),
+        "seq_step_ms": tuple(1e3 * r["step_seconds"] for r in rows),
+        "seq_copies": tuple(r["timed_copies"] for r in rows),
+        "seq_copy_ms": tuple(1e3 * r["copy_seconds"] for r in rows),
+    }
 
 
 def read_points(paths, tau1_ms: float | None = None) -> list[MeasuredRun]:
