@@ -133,3 +133,40 @@ def test_the_smoke_pipeline_fills_table2_with_per_question_outputs(smoke_run):
         )
         free = next(r for r in summary["rows"] if r["row"] == "free")
         assert free["retention"] == 1 and free["switch_rate"] == 0
+
+
+def test_the_paper_settings_sample_the_hubs_mmlu_test_set(monkeypatch, tmp_path):
+    """config/olmoe.yaml's mmlu-hub task: a seeded sample of the hub's MMLU test questions
+    (no network here: datasets' loader is given a local stand-in), written as lm-eval reads
+    it, with the same prompt as the dev questions."""
+    import datasets
+
+    from moecache.accuracy import stage
+
+    test = datasets.Dataset.from_dict(
+        {
+            "question": [f"question {i}?" for i in range(50)],
+            "subject": ["anatomy"] * 50,
+            "choices": [["w", "x", "y", "z"]] * 50,
+            "answer": [i % 4 for i in range(50)],
+        }
+    )
+    asked = []
+
+    def load_dataset(path, name, split):
+        asked.append((path, name, split))
+        return test
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    spec = {"kind": "mmlu-hub", "dataset": "cais/mmlu", "questions": 12}
+    settings = {"seed": 3, "accuracy": {"tasks": {"mmlu": spec}}}
+    written = stage.build_task(settings, "mmlu", [], tmp_path)
+    rows = [json.loads(line) for line in written.with_suffix(".jsonl").open()]
+    assert asked == [("cais/mmlu", "all", "test")]
+    assert len(rows) == 12 and len({r["id"] for r in rows}) == 12
+    assert all(test[int(r["id"].split(":")[1])]["answer"] == r["answer"] for r in rows)
+    again = stage.build_task(settings, "mmlu", [], tmp_path / "again")
+    assert again.with_suffix(".jsonl").read_text() == written.with_suffix(".jsonl").read_text()
+    monkeypatch.undo()  # lm-eval reads the written jsonl through datasets' own loader
+    task = tasks.task_dict(tmp_path, ["moecache_mmlu"])["moecache_mmlu"]
+    assert len(list(task.test_docs())) == 12
