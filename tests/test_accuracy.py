@@ -170,3 +170,45 @@ def test_the_paper_settings_sample_the_hubs_mmlu_test_set(monkeypatch, tmp_path)
     monkeypatch.undo()  # lm-eval reads the written jsonl through datasets' own loader
     task = tasks.task_dict(tmp_path, ["moecache_mmlu"])["moecache_mmlu"]
     assert len(list(task.test_docs())) == 12
+
+
+def test_retention_is_left_undefined_where_free_routing_answers_nothing(tmp_path):
+    """A random checkpoint (the rehearsal's) may miss every question: the rows are still
+    written, with no retention, and Table 2 prints them."""
+    from moecache.accuracy import stage
+    from moecache.atomic import write_json
+    from moecache.report import tables
+
+    rows = [
+        evaluate.Row("free", {"policy": "all"}, 8),
+        evaluate.Row("recent-use", {"policy": "dwell"}, 4),
+    ]
+    frame = pd.DataFrame(
+        [
+            {
+                "row": r.name,
+                "question": q,
+                "correct": False,
+                "switch_rate": 0.1,
+                "tokens": 10,
+                "copies": 3,
+            }
+            for r in rows
+            for q in ("a", "b")
+        ]
+    )
+    summary = stage.summary(frame, rows, 0)
+    assert [s["retention"] for s in summary] == [None, None]
+    assert summary[1]["accuracy"] == 0 and summary[1]["switch_rate"] == pytest.approx(0.1)
+    report = {
+        "task": "moecache_docs",
+        "questions": 2,
+        "chance": 0.25,
+        "switch_every": 8,
+        "matched_thresholds": {},
+        "rows": summary,
+    }
+    write_json(tmp_path / "summary.json", report)
+    table = tables.table2([tmp_path / "summary.json"]).parts[""]
+    assert list(table["row"]) == ["Free routing", "Fixed set, chosen from recent use"]
+    assert table["retention"].isna().all()

@@ -245,12 +245,15 @@ def test_table1_cells_equal_their_run_files(smoke_run):
     assert set(cost["multiplier"]) == {10}  # smoke runs lru and dwell-4 at 10x
     for row in cost.itertuples():
         scaled = runs_of(smoke_run, "a", row.multiplier)[row.run]
-        base = recomputed(runs[row.run])
-        # Predicted from the 1x run's own copies: tau(m) = m tau(1) as that run timed them.
-        tau = row.multiplier * base["tau_ms"]
-        c = base["step_ms"] - base["copies_per_token"] * base["tau_ms"]
-        assert (row.n, row.c_ms, row.tau_ms) == pytest.approx((base["copies_per_token"], c, tau))
-        assert row.predicted_ms == pytest.approx(c + base["copies_per_token"] * tau)
+        # Predicted from its 1x twin, decoded token by token beside it: tau(m) = m tau(1)
+        # as the twin timed its own copies.
+        twin = scaled["twin_1x"]["sequences"]
+        timed = sum(r["timed_tokens"] for r in twin)
+        copies = sum(r["timed_copies"] for r in twin)
+        n, tau1 = copies / timed, 1e3 * sum(r["copy_seconds"] for r in twin) / copies
+        c = 1e3 * sum(r["step_seconds"] for r in twin) / timed - n * tau1
+        assert (row.n, row.c_ms, row.tau_ms) == pytest.approx((n, c, row.multiplier * tau1))
+        assert row.predicted_ms == pytest.approx(c + n * row.multiplier * tau1)
         bandwidth_tau = bandwidth["multipliers"][str(row.multiplier)]["tau_ms"]
         assert row.tau_bandwidth_ms == pytest.approx(bandwidth_tau) and tau1 > 0
         measured = recomputed(scaled)["step_ms"]

@@ -19,7 +19,6 @@ import pandas as pd
 from moecache import provenance
 from moecache.accuracy import evaluate, tasks
 from moecache.atomic import atomic_file, read_json
-from moecache.errors import MoecacheError
 from moecache.intervals import bootstrap_ratio
 
 SWEEP_RUN = re.compile(r"^(?P<objective>[a-z]+)-s(?P<seed>\d+)-t(?P<t>\d+)$")
@@ -127,8 +126,8 @@ def summary(frame: pd.DataFrame, rows: list, seed: int) -> list[dict]:
     """Per row: accuracy with its 95% interval over questions, retention against free
     routing (paired over the same questions) with its interval, switch rate, copies."""
     free = frame[frame["row"] == "free"].set_index("question")["correct"].astype(float)
-    if not free.sum():
-        raise MoecacheError("accuracy: free routing answered no question right")
+    # Retention is undefined where free routing answered nothing right (a random model).
+    kept = bool(free.sum())
     out = []
     for row in rows:
         part = frame[frame["row"] == row.name].set_index("question").loc[free.index]
@@ -141,8 +140,10 @@ def summary(frame: pd.DataFrame, rows: list, seed: int) -> list[dict]:
                 "params": row.spec.get("params", {}),
                 "accuracy": float(correct.mean()),
                 "accuracy_ci": bootstrap_ratio(correct, ones, seed),
-                "retention": float(correct.sum() / free.sum()),
-                "retention_ci": bootstrap_ratio(correct, free.to_numpy(), seed),
+                "retention": float(correct.sum() / free.sum()) if kept else None,
+                "retention_ci": (
+                    bootstrap_ratio(correct, free.to_numpy(), seed) if kept else [None, None]
+                ),
                 "switch_rate": float(
                     (part["switch_rate"] * part["tokens"]).sum() / part["tokens"].sum()
                 ),

@@ -264,7 +264,7 @@ def table2(accuracy=()) -> Table:
         for point, group in seeds.items():
             if len(group) < 2:
                 continue
-            retention = np.array([r["retention"] for r in group])
+            retention = np.array([r["retention"] for r in group], dtype=float)  # None: nan
             se = float(retention.std(ddof=1) / np.sqrt(len(group)))
             rows.append(
                 {
