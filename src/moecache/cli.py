@@ -531,8 +531,9 @@ def cmd_accuracy(args):
         settings, args.model, args.tokenizer, args.task, args.sweep, args.heads_dir, args.out_dir
     )
     for row in report["rows"]:
+        kept = "undefined" if row["retention"] is None else f"{row['retention']:.3f}"
         print(
-            f"{row['row']}: accuracy {row['accuracy']:.3f}, retention {row['retention']:.3f}, "
+            f"{row['row']}: accuracy {row['accuracy']:.3f}, retention {kept}, "
             f"switch rate {row['switch_rate']:.3f}"
         )
 
