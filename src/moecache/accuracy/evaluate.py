@@ -67,7 +67,8 @@ def rows_of(accuracy: dict, harness: dict, num_experts: int, thresholds: dict, h
 
 def matched_thresholds(sweep: list[dict], switch_every: int) -> dict[int, float]:
     """Per seed: the threshold whose held-out refreshes per token (the controller sweep's
-    results, first objective, unpriced) come nearest 1 / switch_every."""
+    unpriced results of accuracy.objective at 1x, `stage.sweep_rates`) come nearest
+    1 / switch_every."""
     target, best = 1 / switch_every, {}
     for report in sweep:
         seed, threshold = report["seed"], report["threshold"]
@@ -83,8 +84,8 @@ class Counter:
     """Hooks on the model: before each forward the pooled blocks restart (the oracle with
     the free demand of the same tokens); after it, that forward's counts are kept."""
 
-    def __init__(self, model, layers):
-        self.model, self.layers = model, layers
+    def __init__(self, model):
+        self.model = model
         self.blocks, self.futures, self.reads_free, self.records = {}, {}, False, False
         self.forwards: dict[tuple, dict] = {}
 
@@ -120,11 +121,10 @@ class Counter:
 
     def after(self, module, args, kwargs, output):
         key = self.key(args, kwargs)
-        steps = {layer: block.steps() for layer, block in self.blocks.items()}
         self.forwards[key] = {
             "tokens": len(key),
             "copies": sum(b.pool.fills + b.pool.steady for b in self.blocks.values()),
-            "switches": sum(s["refreshed"] for layer in steps.values() for s in layer),
+            "switches": sum(b.refreshes() for b in self.blocks.values()),
         }
         if self.records:
             self.futures[key] = {layer: b.requested() for layer, b in self.blocks.items()}
@@ -213,7 +213,7 @@ def evaluate_rows(
     layers = harness["restricted_layers"]
     most = max(row.capacity for row in rows)
     lm = scorer(model, tokenizer, max_length)
-    counter = Counter(model, layers)
+    counter = Counter(model)
     frames = []
     with decode.offloaded(model, layers, most, harness["device"], 1) as off:
         for row in rows:

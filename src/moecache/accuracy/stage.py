@@ -10,7 +10,6 @@ outputs (Parquet) and a summary per row (JSON).
 from __future__ import annotations
 
 import random
-import re
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +19,7 @@ from moecache import provenance
 from moecache.accuracy import evaluate, tasks
 from moecache.atomic import atomic_file, read_json
 from moecache.intervals import bootstrap_ratio
-
-SWEEP_RUN = re.compile(r"^(?P<objective>[a-z]+)-s(?P<seed>\d+)-t(?P<t>\d+)$")
+from moecache.report.controller import HEADS_RUN
 
 
 def task_name(name: str) -> str:
@@ -70,14 +68,15 @@ def hub_mmlu(spec: dict, rng: random.Random) -> list[dict]:
 
 
 def sweep_rates(folders, objective: str) -> list[dict]:
-    """The controller sweep's held-out refreshes per token per seed and threshold (the
-    first objective, unpriced, at 1x)."""
+    """The controller sweep's held-out refreshes per token per seed and threshold (heads
+    of `objective`, unpriced, at 1x)."""
     out = []
     for folder in folders:
         for path in sorted(Path(folder).glob("*.json")):
             report = read_json(path, "a controller sweep result")
-            found = SWEEP_RUN.match(report["run"])
-            if found and found["objective"] == objective and report["multiplier"] == 1:
+            found = HEADS_RUN.match(report["run"])
+            unpriced = found and found["objective"] == objective and not found["price"]
+            if unpriced and report["multiplier"] == 1:
                 out.append(
                     {
                         "seed": int(found["seed"]),

@@ -6,7 +6,8 @@ multiple_choice, metric acc), so a model answers without generating text:
 - "mmlu": the MMLU dev questions that ship inside the lm-eval package (no download), in
   lm-eval's own default MMLU prompt, scored by the answer letter;
 - "docs": held-out documentation passages, scored by which of several word spans is the
-  passage's true continuation (the others are spans of other documents).
+  passage's true continuation (the others are spans of other documents, or the answer's
+  own words reordered).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ left out of the timing. With `repeats` > 1 every sequence is timed that many tim
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import random
 import statistics
@@ -288,13 +289,7 @@ def decode(
             raise MoecacheError(f"run {arm.name}: reads the demand of {arm.future_of}, not here")
     try:
         # A global warm-up, not counted: every arm decodes the first tokens once.
-        if lockstep:
-
-            def passes(model, sequences, device, arms, own, rep, record):
-                lockstep_pass(model, sequences, device, arms, own, rep, record, demand)
-
-        else:
-            passes = one_pass
+        passes = functools.partial(lockstep_pass, demand=demand) if lockstep else one_pass
         passes(model, [sequences[0][: warmup_tokens + 1]], device, arms, own, 0, None)
         with no_cyclic_gc():
             for rep in range(repeats):

@@ -169,8 +169,9 @@ def run_decode(
             group = [(f"{name}-twin-x1", 1)] + [
                 (label, spec[3]) for label, spec in specs.items() if spec[0] == name and spec[3] > 1
             ]
-            _, _, capacity, _, reads = next(specs[label] for label, m in group[1:])
-            make = factories[group[1][0]]
+            first = group[1][0]  # every label of the group decodes one spec
+            _, _, capacity, _, reads = specs[first]
+            make = factories[first]
             twin = decode.decode(
                 model,
                 sequences[: harness.get("scaled_sequences")],

@@ -110,6 +110,10 @@ class PooledMoeBlock(nn.Module):
         """Each token's requested experts so far, in the router's order."""
         return [step[1] for step in self.trace]
 
+    def refreshes(self) -> int:
+        """How many of the tokens so far refreshed the policy's cached set."""
+        return sum(bool(step[4]) for step in self.trace)
+
     def steps(self) -> list[dict]:
         """The trace so far, one dict per token (kept as tuples while decoding), with the
         router's probabilities (from the logits where the policy read none)."""

@@ -1,6 +1,6 @@
 """Oracle set: Dwell-k's refresh schedule, with each set chosen by the sequence's own
 routing instead of its past: the C experts its router requests most in the k tokens from
-the refresh on (ties to the earlier first request, then the lower id). The paper's "fixed
+the refresh on (ties to the earlier first request). The paper's "fixed
 set, oracle selection" row of Table 2, at the switch rate of the Dwell-k it shadows.
 """
 
@@ -23,5 +23,5 @@ class OracleSet(Dwell):
         ahead = self.future[t : t + self.k].reshape(-1)  # in token, then router order
         experts, first = np.unique(ahead, return_index=True)
         counts = np.bincount(ahead, minlength=self.num_experts)
-        ranked = sorted(zip(experts, first, strict=True), key=lambda e: (-counts[e[0]], e[1], e[0]))
+        ranked = sorted(zip(experts, first, strict=True), key=lambda e: (-counts[e[0]], e[1]))
         return [int(e) for e, _ in ranked[: self.capacity]]

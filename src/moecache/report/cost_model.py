@@ -387,8 +387,7 @@ def cost_rows(
     """One row per run repeated at a multiplier m > 1, predicted from its 1x twin (else
     its 1x run on the same sequences): n its copies per timed token, tau(1) the time per
     copy as the twin timed its own copies, c its step less those copies, and the predicted
-    ms/token
-    c + n m tau(1) (a link m times slower); the measured one with its interval, the
+    ms/token c + n m tau(1) (a link m times slower); the measured one with its interval, the
     relative error (predicted / measured - 1) and whether it is within 5%. `taus`: the
     bandwidth file's tau(m), shown beside (copies timed back to back, apart from a run's
     compute, need not cost what a run's own do). Also the scaled runs left out (no 1x run)."""
