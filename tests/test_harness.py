@@ -288,7 +288,7 @@ def test_a_ring_multiplier_moves_m_times_the_bytes(smoke, monkeypatch):
     config, model, sequences = smoke
     experts = model.model.layers[1].mlp.experts
     host = HostExperts(experts, 8, "cpu")
-    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, False, 8, "ring")
+    link = SlowLink(host.first_expert(), "cpu", 1, False, 8, "ring")
     moved = []
     repeat = SlowLink.repeat
     monkeypatch.setattr(
@@ -296,8 +296,8 @@ def test_a_ring_multiplier_moves_m_times_the_bytes(smoke, monkeypatch):
     )
     pool = ExpertPool(host, 8, 3, link)
     pool.apply(Plan(admit=[5, 7]))
-    assert torch.equal(host.gate_up[pool.slot_of[7]], experts.gate_up_proj[7])
-    assert torch.equal(host.down[pool.slot_of[5]], experts.down_proj[5])
+    assert torch.equal(host.slots["gate_up_proj"][pool.slot_of[7]], experts.gate_up_proj[7])
+    assert torch.equal(host.slots["down_proj"][pool.slot_of[5]], experts.down_proj[5])
     assert moved == [2, 2] and pool.fills == 2 and pool.steady == 0 and pool.copy_seconds > 0
     assert link.at == 4  # four expert-sized blocks of the rings, each a fresh one
 
@@ -307,17 +307,17 @@ def test_a_held_link_takes_m_times_the_group_and_moves_no_more_bytes(smoke):
     config, model, sequences = smoke
     experts = model.model.layers[1].mlp.experts
     host = HostExperts(experts, 8, "cpu")
-    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, False, 8, "hold")
+    link = SlowLink(host.first_expert(), "cpu", 1, False, 8, "hold")
     assert link.kind == "hold" and link.nbytes == 0
     started = time.perf_counter()
     for slot, expert in ((0, 3), (1, 9)):
-        host.gate_up[slot].copy_(host.gate_up_host[expert])
-        host.down[slot].copy_(host.down_host[expert])
+        host.slots["gate_up_proj"][slot].copy_(host.host["gate_up_proj"][expert])
+        host.slots["down_proj"][slot].copy_(host.host["down_proj"][expert])
         link.repeat(4)  # nothing: a held link waits once the group is done
     copied = time.perf_counter() - started
     link.hold(4, started)
     assert time.perf_counter() - started >= 5 * copied
-    assert torch.equal(host.gate_up[0], experts.gate_up_proj[3]) and link.at == 0
+    assert torch.equal(host.slots["gate_up_proj"][0], experts.gate_up_proj[3]) and link.at == 0
 
 
 def test_a_charged_link_adds_m_minus_1_times_each_group_to_the_clocks(smoke):
@@ -326,7 +326,7 @@ def test_a_charged_link_adds_m_minus_1_times_each_group_to_the_clocks(smoke):
     wall time stays well under its summed step time at 50x."""
     config, model, sequences = smoke
     host = HostExperts(model.model.layers[1].mlp.experts, 8, "cpu")
-    link = SlowLink(host.gate_up_host[0], host.down_host[0], "cpu", 1, False, 8)
+    link = SlowLink(host.first_expert(), "cpu", 1, False, 8)
     assert link.kind == "charge" and link.nbytes == 0
     pool = ExpertPool(host, 8, 5, link)
     started = time.perf_counter()

@@ -44,7 +44,7 @@ def adapted(model, only=None):
     from peft import get_peft_model
 
     tuning = {"lora": {"r": 2, "alpha": 4}}
-    peft_model = get_peft_model(model, train.lora_config(tuning))
+    peft_model = get_peft_model(model, train.lora_config(tuning, model))
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in peft_model.named_parameters():

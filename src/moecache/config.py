@@ -65,10 +65,10 @@ def check(config: dict) -> None:
             f"config key model.architecture.num_experts_per_tok: top-k {top_k} is larger "
             f"than num_experts {experts}"
         )
-    if harness["capacity"] > experts:
+    if harness["capacity"] >= experts:
         raise ConfigError(
-            f"config key harness.capacity: capacity {harness['capacity']} is larger than "
-            f"num_experts {experts}"
+            f"config key harness.capacity: capacity {harness['capacity']} must be below "
+            f"num_experts {experts} (at C = N nothing is offloaded)"
         )
     if top_k > harness["capacity"]:
         raise ConfigError(
@@ -87,6 +87,7 @@ def check(config: dict) -> None:
             "config key model.architecture.num_attention_heads: must divide hidden_size "
             f"{arch['hidden_size']}"
         )
+    check_family(config)
     check_runs(config)
     check_replay(config)
     check_learned(config)
@@ -200,6 +201,31 @@ def check_replay(config: dict) -> None:
         raise ConfigError(f"{where}.benchmark: need top_k <= capacity <= experts")
     if bench["mean_tokens"] > bench["max_tokens"]:
         raise ConfigError(f"{where}.benchmark.mean_tokens: above max_tokens")
+
+
+def family(config: dict) -> str:
+    """The model family (transformers' model_type), olmoe unless the config names one."""
+    return config["model"].get("family", "olmoe")
+
+
+def check_family(config: dict) -> None:
+    """The embedded model is an OLMoE; a family runs only the stages its adapter supports."""
+    from moecache.model import registry
+
+    name = family(config)
+    if embedded(config) and name != "olmoe":
+        raise ConfigError("config key model.family: the embedded model is an olmoe")
+    adapter = registry.adapter_for(name)
+    controller = "controller" in config or any(
+        run["policy"] == "controller" for run in config["harness"]["runs"].values()
+    )
+    for stage, configured in (
+        ("controller", controller),
+        ("router_tuning", "router_tuning" in config),
+    ):
+        reason = adapter.unsupported(stage)
+        if configured and reason:
+            raise ConfigError(f"config key {stage}: the {name} family cannot run it: {reason}")
 
 
 def embedded(config: dict) -> bool:

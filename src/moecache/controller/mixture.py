@@ -8,7 +8,10 @@ policy-gradient objective): refreshes are drawn from Bernoulli(beta_t) and new s
 Gumbel top-C from the scores (Plackett-Luce), so the cache is a 0/1 mask exactly as in the
 harness, and the block keeps the log-probability of its decisions. Either way a sequence's
 first token selects a set (the harness's untimed fill), and the router then chooses its
-top k among the cached experts by its full softmax, not renormalised, as in the harness.
+top k among the cached experts by its full softmax, renormalised where the family's router
+renormalises (not OLMoE's), as in the harness; the family's shared experts are added.
+Families whose router does not select on softmax probabilities refuse this stage
+(MoeAdapter.unsupported).
 """
 
 from __future__ import annotations
@@ -20,19 +23,23 @@ TINY = 1e-9
 
 
 class ControlledBlock(nn.Module):
-    def __init__(self, mlp, heads, layer: int, capacity: int, mode: str, temperature: float):
+    def __init__(
+        self, mlp, adapter, heads, layer: int, capacity: int, mode: str, temperature: float
+    ):
         super().__init__()
-        self.gate, self.experts = mlp.gate, mlp.experts
+        object.__setattr__(self, "own", mlp)  # reached through the adapter, not registered
+        self.adapter = adapter
+        self.gate, self.experts = adapter.router(mlp), adapter.experts(mlp)
         self.heads, self.layer, self.capacity = heads, layer, capacity
         self.mode, self.temperature = mode, temperature
-        self.top_k, self.num_experts = mlp.gate.top_k, mlp.gate.num_experts
+        self.top_k = adapter.top_k(mlp)
         self.stats: dict[str, torch.Tensor] = {}
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch, length, hidden = hidden_states.shape
         x = hidden_states.reshape(-1, hidden)
-        logits, _, request = self.gate(x)
-        probs = torch.softmax(logits.float(), dim=-1).view(batch, length, -1)
+        logits, top_weights, request = self.adapter.route(self.own, x)
+        probs = self.adapter.probabilities(logits).view(batch, length, -1)
         beta, scores = self.heads(self.layer, hidden_states.float())
         if self.mode == "soft":
             member, stats = soft_cache(beta, scores, self.capacity, self.temperature)
@@ -40,14 +47,18 @@ class ControlledBlock(nn.Module):
             member, stats = sampled_cache(beta, scores, self.capacity)
         restricted = probs * member
         weights, index = restricted.topk(self.top_k, dim=-1)
+        if self.adapter.renormalises(self.own):
+            weights = weights / weights.sum(-1, keepdim=True).clamp_min(TINY)
         out = self.experts(x, index.view(-1, self.top_k), weights.view(-1, self.top_k).to(x.dtype))
+        shared = self.adapter.shared(self.own, x)
+        out = out if shared is None else out + shared
         requested = request.view(batch, length, -1)
         # Of the experts the router asked for, how many the cache did not hold.
         stats["misses"] = (1 - member.gather(-1, requested)).sum(-1)
         q = restricted / restricted.sum(-1, keepdim=True).clamp_min(TINY)
         stats["kl"] = (probs * (probs.clamp_min(TINY).log() - q.clamp_min(TINY).log())).sum(-1)
         self.stats = stats
-        return out.view(batch, length, hidden)
+        return self.adapter.output(out.view(batch, length, hidden), top_weights)
 
 
 def soft_top(scores: torch.Tensor, capacity: int, temperature: float) -> torch.Tensor:

@@ -24,6 +24,7 @@ import torch
 from moecache.atomic import atomic_file, write_json
 from moecache.controller import heads as heads_file
 from moecache.controller.mixture import ControlledBlock
+from moecache.model import registry
 from moecache.errors import MoecacheError
 
 OBJECTIVES = {"differentiable": "soft", "reinforce": "sampled"}
@@ -45,11 +46,12 @@ def windows(tok, docs: list[dict], length: int, count: int, seed: int) -> torch.
 def new_heads(model, layers: list[int]):
     """Heads whose selection starts as the layer's router (scores = router logits), so an
     untrained controller caches the experts the current token ranks highest."""
-    config = model.config
-    heads = heads_file.Heads(layers, config.hidden_size, config.num_experts)
+    adapter = registry.of(model)
+    sizes = adapter.sizes(model.config)
+    heads = heads_file.Heads(layers, sizes.hidden_size, sizes.num_experts)
     with torch.no_grad():
         for layer in layers:
-            router = model.model.layers[layer].mlp.gate.weight.float()
+            router = adapter.layer_router(model, layer).weight.float()
             heads.mu[str(layer)].weight.copy_(router)
             heads.mu[str(layer)].bias.zero_()
     return heads
@@ -61,20 +63,23 @@ class Installed:
 
     def __init__(self, model, heads, layers, capacity, mode, temperature):
         self.model, self.layers = model, layers
-        self.own = {layer: model.model.layers[layer].mlp for layer in layers}
+        self.adapter = adapter = registry.of(model)
+        self.own = {layer: adapter.block(model, layer) for layer in layers}
         self.blocks = {
-            layer: ControlledBlock(self.own[layer], heads, layer, capacity, mode, temperature)
+            layer: ControlledBlock(
+                self.own[layer], adapter, heads, layer, capacity, mode, temperature
+            )
             for layer in layers
         }
 
     def __enter__(self):
         for layer, block in self.blocks.items():
-            self.model.model.layers[layer].mlp = block
+            self.adapter.set_block(self.model, layer, block)
         return self
 
     def __exit__(self, *exc):
         for layer, mlp in self.own.items():
-            self.model.model.layers[layer].mlp = mlp
+            self.adapter.set_block(self.model, layer, mlp)
 
     def summed(self, key: str) -> torch.Tensor:
         return sum(block.stats[key] for block in self.blocks.values())

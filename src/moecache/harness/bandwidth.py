@@ -39,15 +39,14 @@ def measure(
     capacity: int = 8,
     link: str = "auto",
 ) -> dict:
-    """`layers`: the experts modules of the restricted layers (OlmoeExperts or alike);
+    """`layers`: the experts modules of the restricted layers (any family's fused experts);
     `capacity`: a run's slots per layer (its slots in all size the link's device ring, so
     a repeat's destination is as warm as a real copy's); `link`: the slower link's kind."""
     capacity = max(capacity, max(GROUP_SIZES))
     hosts = [HostExperts(experts, capacity, device) for experts in layers]
     host = hosts[0]
     link = SlowLink(
-        host.gate_up_host[0],
-        host.down_host[0],
+        host.first_expert(),
         device,
         ring_mib,
         host.pinned,

@@ -30,6 +30,7 @@ from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.pooled_block import PooledMoeBlock
 from moecache.harness.timing import Stopwatch
 from moecache.intervals import bootstrap_ratio
+from moecache.model import registry
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Offload:
     """The restricted layers offloaded: host experts and device slots per layer, one link."""
 
     model: object
+    adapter: object  # the model family's (model/registry.py)
     own: dict  # layer -> the model's own MoE block
     hosts: dict  # layer -> HostExperts
     link: SlowLink
@@ -64,6 +66,7 @@ class Offload:
                 mlp,
                 ExpertPool(hosts[layer], capacity, multiplier, link),
                 placed(make_policy(), layer),
+                self.adapter,
             )
             for layer, mlp in self.own.items()
         }
@@ -73,7 +76,8 @@ class Offload:
         """What the device holds while pooled: the weights left on it (the offloaded
         experts' never counted, wherever they are), the slots, the link's rings."""
         device = next(iter(self.hosts.values())).device
-        offloaded = {id(p) for mlp in self.own.values() for p in mlp.experts.parameters()}
+        experts = [self.adapter.experts(mlp) for mlp in self.own.values()]
+        offloaded = {id(p) for module in experts for p in module.parameters()}
         report = {
             "weights_bytes": sum(
                 p.numel() * p.element_size()
@@ -81,9 +85,7 @@ class Offload:
                 if p.device.type == device.type and id(p) not in offloaded
             ),
             "offloaded_expert_bytes": sum(
-                p.numel() * p.element_size()
-                for mlp in self.own.values()
-                for p in mlp.experts.parameters()
+                p.numel() * p.element_size() for module in experts for p in module.parameters()
             ),
             "slot_bytes": sum(host.slot_bytes for host in self.hosts.values()),
             "link_ring_bytes": self.link.nbytes,
@@ -127,20 +129,21 @@ def offloaded(
     `link`: the slower link's kind (harness.slow_link, link.py).
     `keep_own`: the model's own weights stay on the device too, for an arm that runs the
     model's own blocks beside the pooled ones (the gates)."""
-    own = {layer: model.model.layers[layer].mlp for layer in layers}
+    adapter = registry.of(model)
+    check_sparse(adapter, model.config, layers)
+    own = {layer: adapter.block(model, layer) for layer in layers}
     device = torch.device(device)
     try:
         hosts = {}
         for layer, mlp in own.items():
             if not keep_own:
-                mlp.experts.to("cpu")  # the original weights leave the device while pooled
-            hosts[layer] = HostExperts(mlp.experts, capacity, device)
+                adapter.experts(mlp).to("cpu")  # the originals leave the device while pooled
+            hosts[layer] = HostExperts(adapter.experts(mlp), capacity, device)
         some = next(iter(hosts.values()))
 
         def new_link(kind):
             return SlowLink(
-                some.gate_up_host[0],
-                some.down_host[0],
+                some.first_expert(),
                 device,
                 ring_mib,
                 device.type == "cuda",
@@ -148,17 +151,30 @@ def offloaded(
                 kind,
             )
 
-        yield Offload(model, own, hosts, new_link(link), new_link)
+        yield Offload(model, adapter, own, hosts, new_link(link), new_link)
     finally:
         for layer, mlp in own.items():
-            mlp.experts.to(device)
-            model.model.layers[layer].mlp = mlp
+            adapter.experts(mlp).to(device)
+            adapter.set_block(model, layer, mlp)
+
+
+def check_sparse(adapter, config, layers) -> None:
+    """Only a sparse MoE layer can be offloaded (Qwen's mlp_only_layers, DeepSeek's first
+    dense layers are not)."""
+    sparse = adapter.sizes(config).moe_layers
+    dense = [layer for layer in layers if layer not in sparse]
+    if dense:
+        raise MoecacheError(
+            f"harness.restricted_layers: layer {dense[0]} of this {adapter.family} model is "
+            f"dense, not an MoE layer (MoE layers: {list(sparse)})"
+        )
 
 
 def use(model, arm: Arm, own: dict) -> None:
     """Put `arm`'s blocks into the model (the model's own where the arm has none)."""
+    adapter = registry.of(model)
     for layer, mlp in own.items():
-        model.model.layers[layer].mlp = arm.blocks.get(layer, mlp)
+        adapter.set_block(model, layer, arm.blocks.get(layer, mlp))
 
 
 def next_token_nll_sum(logits: torch.Tensor, x: torch.Tensor) -> float:
@@ -198,7 +214,7 @@ def decode_tokens(model, arms: list[Arm], ids, device, own=None, futures=None, t
     decoded together must not share slots (`Offload.arm(own_slots=True)`)."""
     from transformers import DynamicCache
 
-    storage = [id(block.pool.host.gate_up) for arm in arms for block in arm.blocks.values()]
+    storage = [id(block.pool.host.slots) for arm in arms for block in arm.blocks.values()]
     if len(storage) != len(set(storage)):
         raise MoecacheError(
             f"arms {', '.join(a.name for a in arms)}: pooled arms that share the slot storage "

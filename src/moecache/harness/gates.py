@@ -12,6 +12,7 @@ from __future__ import annotations
 from moecache.errors import MoecacheError
 from moecache.harness import decode, link
 from moecache.intervals import bootstrap_ratio
+from moecache.model import registry
 
 POOL_TOLERANCE = 5e-3
 BATCHED_TOLERANCE = 4e-4
@@ -29,7 +30,8 @@ def lossless_runs(capacity: int, num_experts: int) -> dict[str, tuple[dict, int]
 
 def run(model, sequences, harness: dict, seed: int = 0) -> dict:
     device, layers = harness["device"], harness["restricted_layers"]
-    num_experts, top_k = model.config.num_experts, model.config.num_experts_per_tok
+    sizes = registry.of(model).sizes(model.config)
+    num_experts, top_k = sizes.num_experts, sizes.num_experts_per_tok
     runs = lossless_runs(harness["capacity"], num_experts)
     ring = harness.get("link_ring_mib", 128)
     slots = harness["capacity"] * len(layers)

@@ -15,7 +15,7 @@ from moecache import provenance
 from moecache.data import corpus
 from moecache.errors import MoecacheError
 from moecache.harness import bandwidth, decode, gates, link, link_check, profile, trace
-from moecache.model import checkpoint
+from moecache.model import checkpoint, registry
 
 DEFAULT_RING_MIB = 128
 
@@ -36,6 +36,7 @@ def load_model(settings: dict, model_source: str, device: str):
         device,
         model_settings["architecture"],
         model_settings.get("experts_implementation"),
+        model_settings.get("family", "olmoe"),
     )
 
 
@@ -48,9 +49,9 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
     model, sequences = load(settings, model_source, sequences_path)
     harness = settings["harness"]
     device = harness["device"]
-    layer = model.model.layers[harness["restricted_layers"][0]]
+    adapter = registry.of(model)
     copy = bandwidth.measure(
-        [layer.mlp.experts],
+        [adapter.layer_experts(model, harness["restricted_layers"][0])],
         device,
         [1],
         ring_mib(harness),
@@ -301,7 +302,8 @@ def run_bandwidth(settings, model_source, out) -> dict:
     copies, and one large copy of the same bytes."""
     harness = settings["harness"]
     model = load_model(settings, model_source, "cpu")
-    experts = [model.model.layers[layer].mlp.experts for layer in harness["restricted_layers"]]
+    adapter = registry.of(model)
+    experts = [adapter.layer_experts(model, layer) for layer in harness["restricted_layers"]]
     report = bandwidth.measure(
         experts,
         harness["device"],

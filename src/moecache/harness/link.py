@@ -76,17 +76,15 @@ def resolve(kind: str, device) -> str:
 
 
 class SlowLink:
-    def __init__(
-        self, gate_up, down, device, ring_mib: int, pin: bool, device_blocks: int, kind="auto"
-    ):
-        """`gate_up`, `down`: one expert's two weight tensors (shapes and dtype); for a ring,
-        a host ring of `ring_mib` MiB and a device ring of `device_blocks` experts."""
+    def __init__(self, expert, device, ring_mib: int, pin: bool, device_blocks: int, kind="auto"):
+        """`expert`: one expert's weight tensors (shapes and dtypes: HostExperts.first_expert);
+        for a ring, a host ring of `ring_mib` MiB and a device ring of `device_blocks` experts."""
         self.kind = resolve(kind, device)
         # nbytes: what the link holds on the device (its device ring), host_bytes: on the host.
         self.non_blocking, self.at, self.nbytes, self.host_bytes = pin, 0, 0, 0
         if self.kind in HOST_CLOCK:
             return
-        expert_bytes = (gate_up.numel() + down.numel()) * gate_up.element_size()
+        expert_bytes = sum(w.numel() * w.element_size() for w in expert)
 
         def blocks(mib):
             return max(2, -(-mib * 2**20 // expert_bytes))
@@ -100,8 +98,8 @@ class SlowLink:
         self.nbytes = self.device_blocks * expert_bytes
         self.host_bytes = self.host_blocks * expert_bytes
         host, on_device = self.host_blocks, self.device_blocks
-        self.host = ring(gate_up, "cpu", host, pin), ring(down, "cpu", host, pin)
-        self.device = ring(gate_up, device, on_device), ring(down, device, on_device)
+        self.host = [ring(w, "cpu", host, pin) for w in expert]
+        self.device = [ring(w, device, on_device) for w in expert]
 
     def hold(self, times: int, started: float) -> None:
         """After a group of real copies begun at `started` (time.perf_counter()): a held
@@ -121,9 +119,8 @@ class SlowLink:
         each from cold addresses; a held link waits once the group is done (`hold`)."""
         if self.kind != "ring" or times <= 0:
             return
-        (host_gate_up, host_down), (gate_up, down) = self.host, self.device
         for _ in range(times):
             self.at += 1
             src, dst = self.at % self.host_blocks, self.at % self.device_blocks
-            gate_up[dst].copy_(host_gate_up[src], non_blocking=self.non_blocking)
-            down[dst].copy_(host_down[src], non_blocking=self.non_blocking)
+            for host, device in zip(self.host, self.device, strict=True):
+                device[dst].copy_(host[src], non_blocking=self.non_blocking)

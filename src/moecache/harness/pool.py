@@ -25,41 +25,47 @@ from moecache.policies import Plan
 
 class HostExperts:
     def __init__(self, experts, capacity: int, device: str | torch.device):
-        """`experts`: transformers' fused OlmoeExperts (gate_up_proj [N, 2I, H], down_proj
-        [N, H, I]); its weights are read here, the caller moves them off the device."""
+        """`experts`: transformers' fused experts module of any family, every parameter
+        [N, ...] over the expert axis (gate_up_proj and down_proj; GPT-OSS adds their
+        biases); its weights are read here, the caller moves them off the device."""
         self.device = torch.device(device)
         self.pinned = self.device.type == "cuda"
         self.experts = experts
-        self.gate_up_host = experts.gate_up_proj.detach().to("cpu").contiguous()
-        self.down_host = experts.down_proj.detach().to("cpu").contiguous()
-        if self.pinned:
-            self.gate_up_host = self.gate_up_host.pin_memory()
-            self.down_host = self.down_host.pin_memory()
-        shape = (capacity, *self.gate_up_host.shape[1:]), (capacity, *self.down_host.shape[1:])
-        dtype = self.gate_up_host.dtype
-        self.gate_up = torch.empty(shape[0], dtype=dtype, device=self.device)
-        self.down = torch.empty(shape[1], dtype=dtype, device=self.device)
-        self.num_experts = self.gate_up_host.shape[0]
-        self.expert_bytes = (
-            self.gate_up_host[0].numel() + self.down_host[0].numel()
-        ) * self.gate_up_host.element_size()
+        self.host: dict[str, torch.Tensor] = {}  # parameter name -> [N, ...] in host memory
+        self.slots: dict[str, torch.Tensor] = {}  # parameter name -> [capacity, ...] on device
+        for name, weight in experts.named_parameters(recurse=False):
+            host = weight.detach().to("cpu").contiguous()
+            self.host[name] = host.pin_memory() if self.pinned else host
+            self.slots[name] = torch.empty(
+                (capacity, *host.shape[1:]), dtype=host.dtype, device=self.device
+            )
+        self.num_experts = len(next(iter(self.host.values())))
+        self.expert_bytes = sum(h[0].numel() * h.element_size() for h in self.host.values())
 
     @property
     def slot_bytes(self) -> int:
-        return len(self.gate_up) * self.expert_bytes
+        return self.capacity * self.expert_bytes
+
+    @property
+    def capacity(self) -> int:
+        return len(next(iter(self.slots.values())))
+
+    def first_expert(self) -> list[torch.Tensor]:
+        """One expert's host tensors (what the slower link's device ring copies)."""
+        return [h[0] for h in self.host.values()]
 
     def own_slots(self) -> HostExperts:
         """The same host weights with slot storage of their own: for runs decoded token by
         token beside each other, whose residents must not overwrite each other's."""
         other = copy.copy(self)
-        other.gate_up, other.down = torch.empty_like(self.gate_up), torch.empty_like(self.down)
+        other.slots = {name: torch.empty_like(slots) for name, slots in self.slots.items()}
         return other
 
 
 class ExpertPool:
     def __init__(self, host: HostExperts, capacity: int, multiplier: int, link: SlowLink):
-        if capacity > len(host.gate_up):
-            raise ValueError(f"capacity {capacity} over the {len(host.gate_up)} slots held")
+        if capacity > host.capacity:
+            raise ValueError(f"capacity {capacity} over the {host.capacity} slots held")
         self.host, self.capacity, self.multiplier, self.link = host, capacity, multiplier, link
         self.num_experts, self.expert_bytes = host.num_experts, host.expert_bytes
         self.kernel = slot_experts(host, capacity)
@@ -97,8 +103,8 @@ class ExpertPool:
         started = time.perf_counter()
         for e in plan.admit:
             slot = self.free.pop()
-            host.gate_up[slot].copy_(host.gate_up_host[e], non_blocking=host.pinned)
-            host.down[slot].copy_(host.down_host[e], non_blocking=host.pinned)
+            for name, slots in host.slots.items():
+                slots[slot].copy_(host.host[name][e], non_blocking=host.pinned)
             self.link.repeat(self.multiplier - 1)
             self.slot_of[e] = slot
         self.link.hold(self.multiplier - 1, started)
@@ -119,11 +125,12 @@ class ExpertPool:
 
 def slot_experts(host: HostExperts, capacity: int) -> nn.Module:
     """The model's own experts module over the first `capacity` device slots: the same
-    class, hence the same configured kernel, with slot ids in place of expert ids."""
-    config = copy.copy(host.experts.config)
-    config.num_experts = capacity
-    with torch.device("meta"):
-        kernel = type(host.experts)(config)
-    kernel.gate_up_proj = nn.Parameter(host.gate_up[:capacity], requires_grad=False)
-    kernel.down_proj = nn.Parameter(host.down[:capacity], requires_grad=False)
+    object's class, config and flags, hence the same configured kernel, with slot ids in
+    place of expert ids."""
+    kernel = copy.copy(host.experts)  # shares the original's submodules (its activation)
+    kernel._parameters = {
+        name: nn.Parameter(slots[:capacity], requires_grad=False)
+        for name, slots in host.slots.items()
+    }
+    kernel.num_experts = capacity
     return kernel

@@ -1,10 +1,12 @@
-"""The pooled MoE block: replaces `mlp` in a restricted layer of transformers' OLMoE.
+"""The pooled MoE block: replaces the sparse block of a restricted layer, any family.
 
-It calls the model's own router (`self.gate`, so router logits are still recorded), reads
-the router's output on the host once (the block's one host sync per token), asks its
-policy for a plan, lets the pool copy, and computes the token with the model's own expert
-kernel over the device slots, slot ids in place of expert ids. It knows nothing of which
-policy drives it beyond `policy.restricts`.
+It calls the model's own router through the family's adapter (so router logits are still
+recorded), reads the router's output on the host once (the block's one host sync per
+token), asks its policy for a plan, lets the pool copy, and computes the token with the
+model's own expert kernel over the device slots, slot ids in place of expert ids; the
+family's shared experts, never offloaded, are added as the model adds them. Restricted
+routing is the adapter's: the model's own selection among the resident experts. It knows
+nothing of which policy drives it beyond `policy.restricts`.
 """
 
 from __future__ import annotations
@@ -15,17 +17,23 @@ from torch import nn
 
 from moecache.harness.pool import ExpertPool
 from moecache.harness.timing import Stopwatch
+from moecache.model.adapter import allowed_mask
 from moecache.model.kernel import PER_EXPERT, per_expert_forward
 
 STEP_FIELDS = ("token", "requested", "used", "copied", "refreshed", "decide_seconds", "probs")
 
 
 class PooledMoeBlock(nn.Module):
-    def __init__(self, mlp, pool: ExpertPool, policy):
+    def __init__(self, mlp, pool: ExpertPool, policy, adapter):
         super().__init__()
-        self.gate = mlp.gate  # OlmoeTopKRouter: softmax in fp32, top-k, OLMoE's weights
+        # The model's own block, kept out of this module's parameters (its experts are
+        # offloaded); its router and shared experts are registered, they stay on the device.
+        object.__setattr__(self, "own", mlp)
+        self.adapter = adapter
+        self.gate = adapter.router(mlp)
+        self.shared_experts = nn.ModuleList(adapter.shared_modules(mlp))
         self.pool, self.policy = pool, policy
-        self.top_k, self.num_experts = mlp.gate.top_k, mlp.gate.num_experts
+        self.top_k, self.num_experts = adapter.top_k(mlp), pool.num_experts
         self.reads_probs = policy.needs_probs or policy.restricts
         # The per-expert kernel reads the slot ids on the host: given there, the block's
         # own transfer of the routing is its one host sync per token and layer.
@@ -44,7 +52,7 @@ class PooledMoeBlock(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch, length, hidden = hidden_states.shape
         x = hidden_states.reshape(-1, hidden)
-        router_logits, top_weights, top_index = self.gate(x)
+        router_logits, top_weights, top_index = self.adapter.route(self.own, x)
         decided, lap = None, None
         if self.watch is not None:  # the policy's own heads, inside the timed step
             self.watch.start()
@@ -55,15 +63,16 @@ class PooledMoeBlock(nn.Module):
             requests = top_index.tolist()
             # Probabilities now only for a policy that reads them; for the others the trace
             # keeps the logits, and steps() takes their softmax once decoding is over.
-            probs = softmax(router_logits).numpy() if self.reads_probs else None
+            probs = self.probabilities(router_logits).numpy() if self.reads_probs else None
             decided = None if decided is None else decided.numpy()
         else:  # one transfer, the block's one host sync
-            probs = softmax(router_logits)
-            parts = [probs, top_index.to(probs.dtype)] + ([] if decided is None else [decided])
-            on_host = torch.cat(parts, dim=-1).cpu().numpy()
-            probs = on_host[:, :n]
-            requests = on_host[:, n : n + k].astype(np.int64).tolist()
-            decided = None if decided is None else on_host[:, n + k :]
+            probs = self.probabilities(router_logits)
+            parts = [probs, top_index.to(probs.dtype), router_logits.float()]
+            on_host = torch.cat(parts + ([] if decided is None else [decided]), dim=-1).cpu()
+            requests = on_host[:, n : n + k].to(torch.int64).tolist()
+            router_logits = on_host[:, n + k : 2 * n + k]  # restricted routing reads them
+            decided = None if decided is None else on_host[:, 2 * n + k :].numpy()
+            probs = on_host[:, :n].numpy()
         dtype = router_logits.dtype
         if len(x) == 1:  # decoding: one token
             first = None if probs is None else probs[0]
@@ -79,7 +88,10 @@ class PooledMoeBlock(nn.Module):
                 w, logits = top_weights[i : i + 1], router_logits[i : i + 1]
                 out.append(self.token(x[i : i + 1], p, requests[i], w, dtype, logits))
             out = torch.cat(out)
-        return out.reshape(batch, length, hidden)
+        shared = self.adapter.shared(self.own, x)
+        if shared is not None:  # always resident: the model adds them to the routed output
+            out = out + shared
+        return self.adapter.output(out.reshape(batch, length, hidden), top_weights)
 
     def token(
         self, x, probs, request: list[int], top_weights, dtype, logits, lap=None
@@ -91,11 +103,10 @@ class PooledMoeBlock(nn.Module):
         if plan.admit or plan.evict:
             pool.apply(plan)
         if self.policy.restricts:
-            # The top_k resident experts by the router's full softmax, not renormalised.
-            resident = np.fromiter(pool.slot_of, dtype=np.int64)
-            best = resident[np.argsort(-probs[resident], kind="stable")[: self.top_k]]
-            used = best.tolist()
-            slots, weights = self.send([pool.slot_of[e] for e in used], probs[best], dtype)
+            # The model's own selection among the resident experts (the adapter's).
+            weights, index = self.restrict(logits, pool.resident)
+            used = index[0].tolist()
+            slots, weights = self.send([pool.slot_of[e] for e in used], weights[0].numpy(), dtype)
         else:
             used = request
             slots, weights = self.send([pool.slot_of[e] for e in used]), top_weights
@@ -106,6 +117,17 @@ class PooledMoeBlock(nn.Module):
             return per_expert_forward(pool.kernel, x, slots, weights)
         return pool.kernel(x, slots, weights)
 
+    def probabilities(self, router_logits: torch.Tensor) -> torch.Tensor:
+        return self.adapter.probabilities(router_logits)
+
+    def restrict(self, logits: torch.Tensor, resident):
+        """Weights [1, k'] (float32, on the host) and ids [1, k'] among the `resident`
+        experts, k' = min(k, how many are resident)."""
+        allowed = allowed_mask(self.num_experts, resident, logits.device)
+        weights, index = self.adapter.restrict(self.own, logits, allowed)
+        held = min(self.top_k, len(resident))
+        return weights[:, :held].float().cpu(), index[:, :held].cpu()
+
     def requested(self) -> list[list[int]]:
         """Each token's requested experts so far, in the router's order."""
         return [step[1] for step in self.trace]
@@ -114,6 +136,12 @@ class PooledMoeBlock(nn.Module):
         """How many of the tokens so far refreshed the policy's cached set."""
         return sum(bool(step[4]) for step in self.trace)
 
+    def host(self, probs) -> np.ndarray:
+        """One token's probabilities on the host, from a trace entry (probs, or logits [1, N])."""
+        if isinstance(probs, torch.Tensor):
+            return self.probabilities(probs)[0].numpy()
+        return probs
+
     def steps(self) -> list[dict]:
         """The trace so far, one dict per token (kept as tuples while decoding), with the
         router's probabilities (from the logits where the policy read none)."""
@@ -121,24 +149,12 @@ class PooledMoeBlock(nn.Module):
             dict(
                 zip(
                     STEP_FIELDS,
-                    (*step[:5], 0.0 if step[5] is None else step[5].seconds(), host_probs(step[6])),
+                    (*step[:5], 0.0 if step[5] is None else step[5].seconds(), self.host(step[6])),
                     strict=True,
                 )
             )
             for step in self.trace
         ]
-
-
-def softmax(router_logits: torch.Tensor) -> torch.Tensor:
-    """The router's probabilities over all experts, as OLMoE's router computes them."""
-    return torch.softmax(router_logits, dtype=torch.float, dim=-1)
-
-
-def host_probs(probs) -> np.ndarray:
-    """One token's probabilities on the host, from a trace entry (probs, or logits [1, N])."""
-    if isinstance(probs, torch.Tensor):
-        return softmax(probs)[0].numpy()
-    return probs
 
 
 class Sender:

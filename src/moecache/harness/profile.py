@@ -8,6 +8,8 @@ import torch
 
 from moecache.harness.decode import next_token_nll_sum
 from moecache.harness.timing import Stopwatch
+from moecache.model import registry
+from moecache.model import routing as routing_of
 
 
 @torch.inference_mode()
@@ -33,17 +35,19 @@ def token_seconds(model, sequences: list[list[int]], device: str) -> list[float]
 def routing(model, sequences: list[list[int]], device: str, seed: int) -> dict:
     """Held-out NLL, and the share of a token's experts the previous token also used,
     against the same share after shuffling token order (same experts, no temporal order)."""
-    k = model.config.num_experts_per_tok
+    adapter = registry.of(model)
     rng = np.random.default_rng(seed)
     nll_sum, scored = 0.0, 0
     reuse, shuffled = [], []
     for ids in sequences:
         x = torch.tensor([ids], device=device)
-        out = model(input_ids=x, output_router_logits=True)
+        with routing_of.recorded(model) as captured:
+            out = model(input_ids=x)
         # From the logits: the model's own loss would add the load-balancing term.
         nll_sum += next_token_nll_sum(out.logits, x)
         scored += len(ids) - 1
-        layers = [logits.topk(k, dim=-1).indices.cpu().numpy() for logits in out.router_logits]
+        layers = [index.cpu().numpy() for _, (_, index) in sorted(captured.items())]
+        k = adapter.sizes(model.config).num_experts_per_tok
         reuse.append([overlap(chosen, k) for chosen in layers])
         shuffled.append([overlap(chosen[rng.permutation(len(chosen))], k) for chosen in layers])
     return {

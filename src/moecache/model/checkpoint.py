@@ -1,8 +1,9 @@
-"""The model under study: transformers' own OlmoeForCausalLM, embedded-tiny or pretrained.
+"""The model under study: transformers' own causal LM of any family with an adapter
+(model/registry.py), embedded-tiny or pretrained.
 
-One loading path serves both: the embedded model is saved with `save_pretrained`
-(safetensors) and read back exactly like `allenai/OLMoE-1B-7B-0125` or any local
-OLMoE directory.
+One loading path serves both: the embedded model (an OLMoE) is saved with `save_pretrained`
+(safetensors) and read back exactly like `allenai/OLMoE-1B-7B-0125`, `Qwen/Qwen3-30B-A3B`
+or any local checkpoint folder.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import torch
 
 from moecache.errors import MoecacheError, first_line
+from moecache.model import registry
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,34 +51,52 @@ ARCH_KEYS = (
 )
 
 
-def check_architecture(model_config, arch: dict, source) -> None:
-    """The loaded model must have the sizes the config validated against."""
-    if model_config.model_type != "olmoe":
+def read_config(source: str | Path):
+    """The checkpoint's transformers config, no weights read."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(source))
+    except (OSError, ValueError) as error:
+        raise MoecacheError(f"model.source {source}: cannot load ({first_line(error)})") from None
+
+
+def check_architecture(model_config, arch: dict, source, family: str | None = None):
+    """The loaded model must be of the configured family (when one is named) and have the
+    sizes the config validated against; returns its adapter."""
+    adapter = registry.adapter_for(model_config.model_type)
+    if family is not None and model_config.model_type != family:
         raise MoecacheError(
-            f"model.source {source}: model_type is {model_config.model_type!r}, not 'olmoe'"
+            f"model.family is {family!r} but {source} is {model_config.model_type!r}"
         )
+    sizes = adapter.sizes(model_config)
     for key in ARCH_KEYS:
-        have = getattr(model_config, key)
+        have = getattr(sizes, key)
         if have != arch[key]:
             raise MoecacheError(
                 f"model.architecture.{key}: config says {arch[key]}, {source} has {have}"
             )
+    return adapter
 
 
-def load(source: str | Path, dtype: str, device: str, arch: dict, experts_implementation=None):
-    """Load an OlmoeForCausalLM from a local folder or a hub id, weights via safetensors;
-    `experts_implementation`: transformers' expert kernel (its default when None)."""
-    from transformers import AutoConfig, OlmoeForCausalLM
+def load(
+    source: str | Path,
+    dtype: str,
+    device: str,
+    arch: dict,
+    experts_implementation=None,
+    family=None,
+):
+    """Load a causal LM of a family with an adapter from a local folder or a hub id,
+    weights via safetensors; `experts_implementation`: transformers' expert kernel (its
+    default when None)."""
+    from transformers import AutoModelForCausalLM
 
     from moecache.model import kernel as _  # noqa: F401  (registers the per-expert kernel)
 
-    try:
-        model_config = AutoConfig.from_pretrained(str(source))
-    except (OSError, ValueError) as error:
-        raise MoecacheError(f"model.source {source}: cannot load ({first_line(error)})") from None
-    check_architecture(model_config, arch, source)
+    check_architecture(read_config(source), arch, source, family)
     kernel = {"experts_implementation": experts_implementation} if experts_implementation else {}
-    model = OlmoeForCausalLM.from_pretrained(
+    model = AutoModelForCausalLM.from_pretrained(
         str(source), dtype=DTYPES[dtype], use_safetensors=True, **kernel
     )
     return model.to(device).eval()

@@ -18,7 +18,7 @@ PER_EXPERT = "per-expert"
 
 
 def per_expert_forward(self, hidden_states, top_k_index, top_k_weights):
-    """OlmoeExperts.forward's contract: hidden [T, H], index and weights [T, k]. The
+    """The experts interface's contract: hidden [T, H], index and weights [T, k]. The
     pooled block calls it directly with the index already on the host, as lists."""
     out = torch.zeros_like(hidden_states)
     # The routing on the host, read once.
@@ -39,8 +39,23 @@ def per_expert_forward(self, hidden_states, top_k_index, top_k_weights):
 
 
 def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
-    gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
-    return F.linear(self.act_fn(gate) * up, self.down_proj[e])
+    """Expert `e` of a fused experts module, in the layout its class declares to
+    transformers' experts interface (transposed or not, with biases or not) and through its
+    own gate (`_apply_gate`: chunked SiLU for most families, GPT-OSS's clamped interleave)."""
+    gate_up = project(x, self.gate_up_proj[e], bias(self, "gate_up_proj_bias", e), self)
+    return project(
+        self._apply_gate(gate_up), self.down_proj[e], bias(self, "down_proj_bias", e), self
+    )
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, b, experts) -> torch.Tensor:
+    if experts.is_transposed:  # [in, out], as GPT-OSS stores it
+        return x @ weight if b is None else x @ weight + b
+    return F.linear(x, weight, b)
+
+
+def bias(experts, name: str, e: int):
+    return getattr(experts, name)[e] if experts.has_bias else None
 
 
 ALL_EXPERTS_FUNCTIONS.register(PER_EXPERT, per_expert_forward)

@@ -1,9 +1,9 @@
 """Fine-tuning with trl and peft: GRPO (variants hit, tag, harness) or SFT (the control), LoRA
 adapters on the router, the experts and the attention projections, then merged.
 
-peft reaches the OLMoE router and experts through `target_parameters`: the router is a
-bare weight (`mlp.gate.weight`) and transformers 5 stores the experts fused
-(`experts.gate_up_proj` [E, 2I, H], `experts.down_proj` [E, H, I]).
+peft reaches the router and experts through `target_parameters`: the router is a bare
+weight and transformers 5 stores the experts fused; the family's adapter names them
+(MoeAdapter.lora_parameters).
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import tempfile
 
 import torch
 
+from moecache.model import registry
+
 VARIANTS = ("sft", "hit", "tag", "harness")
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
-ROUTER_AND_EXPERTS = ["mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
 
 
-def lora_config(tuning: dict):
+def lora_config(tuning: dict, model):
     from peft import LoraConfig
 
     lora = tuning["lora"]
@@ -26,7 +27,7 @@ def lora_config(tuning: dict):
         lora_alpha=lora["alpha"],
         lora_dropout=0.0,  # peft's parameter wrapper (router, experts) allows none
         target_modules=ATTENTION,
-        target_parameters=ROUTER_AND_EXPERTS,
+        target_parameters=registry.of(model).lora_parameters(),
         task_type="CAUSAL_LM",
     )
 
@@ -77,7 +78,7 @@ def trainer(variant: str, model, tok, rows: list[dict], settings: dict, out_dir:
             args=config,
             train_dataset=data,
             processing_class=tok,
-            peft_config=lora_config(tuning),
+            peft_config=lora_config(tuning, model),
         )
     reward = CacheReward(variant, tok, settings)
     generations = tuning["num_generations"]
@@ -99,7 +100,7 @@ def trainer(variant: str, model, tok, rows: list[dict], settings: dict, out_dir:
         args=config,
         train_dataset=data,
         processing_class=tok,
-        peft_config=lora_config(tuning),
+        peft_config=lora_config(tuning, model),
     )
     reward.model = grpo.model  # the reward reads the routing of the policy in training
     return grpo

@@ -1,0 +1,67 @@
+"""DeepSeek-V2 (deepseek-ai/DeepSeek-V2-Lite): the first `first_k_dense_replace` layers
+dense, then sparse blocks of `n_routed_experts` routed experts plus `n_shared_experts`
+shared ones (`mlp.shared_experts`, always resident, never offloaded). The router at
+`mlp.gate` takes a softmax in float32, then top-k, greedily or group-limited (the best
+`topk_group` groups by their best expert), never renormalised, scaled by
+`routed_scaling_factor`. Restricted, the disallowed experts are masked before the group
+choice; where the chosen groups hold fewer than k allowed experts, the group limit is
+lifted (every allowed expert competes) rather than compute an expert that is not resident.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from moecache.model.adapter import NEG_INF, MoeAdapter
+
+
+class DeepseekV2Adapter(MoeAdapter):
+    family = "deepseek_v2"
+    unsupported_stages = {
+        "router_tuning": "DeepSeek's attention (MLA) has no q_proj/k_proj/v_proj/o_proj "
+        "set that the router-tuning LoRA targets",
+    }
+
+    def num_experts(self, config) -> int:
+        return config.n_routed_experts
+
+    def expert_intermediate_size(self, config) -> int:
+        return config.moe_intermediate_size
+
+    def shared_intermediate_size(self, config) -> int:
+        return config.moe_intermediate_size * config.n_shared_experts
+
+    def moe_layers(self, config) -> list[int]:
+        return list(range(config.first_k_dense_replace, config.num_hidden_layers))
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.float().softmax(dim=-1, dtype=torch.float32)
+
+    def restrict(self, block, logits, allowed):
+        router = self.router(block)
+        scores = self.probabilities(logits).masked_fill(~allowed, NEG_INF)
+        if router.topk_method == "group_limited_greedy":
+            groups = scores.view(-1, router.num_group, router.num_experts // router.num_group)
+            chosen = groups.max(dim=-1).values.topk(router.topk_group, dim=-1).indices
+            scores = keep_groups(scores, chosen, router.num_group, allowed, router.top_k)
+        top, index = scores.topk(router.top_k, dim=-1)
+        return top * router.routed_scaling_factor, index
+
+    def renormalises(self, block) -> bool:
+        return False
+
+    def shared(self, block, x: torch.Tensor) -> torch.Tensor:
+        return block.shared_experts(x)
+
+    def shared_modules(self, block) -> list:
+        return [block.shared_experts]
+
+
+def keep_groups(scores, chosen, num_group: int, allowed, top_k: int) -> torch.Tensor:
+    """`scores` [T, N] with the experts outside the `chosen` groups masked, per token,
+    unless that leaves fewer than k allowed experts (then the limit is lifted)."""
+    in_group = torch.zeros(scores.shape[0], num_group, dtype=torch.bool, device=scores.device)
+    in_group.scatter_(1, chosen, True)
+    in_group = in_group.repeat_interleave(scores.shape[1] // num_group, dim=1)
+    enough = (in_group & allowed).sum(dim=-1, keepdim=True) >= top_k
+    return scores.masked_fill(~in_group & enough, NEG_INF)

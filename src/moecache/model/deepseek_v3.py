@@ -1,0 +1,44 @@
+"""DeepSeek-V3 (deepseek-ai/DeepSeek-V3, Moonlight, Kimi-K2 alike): DeepSeek-V2's layout
+(dense first layers, shared experts always resident), with a sigmoid router: scores =
+sigmoid(logits); the choice adds `e_score_correction_bias`; the best `topk_group` of
+`n_group` groups (by the sum of their two best) are kept; top-k; the weights are the
+unbiased scores, renormalised when `norm_topk_prob`, times `routed_scaling_factor`.
+Restricted, the disallowed experts' biased scores are masked before the group choice; where
+the chosen groups hold fewer than k allowed experts the group limit is lifted."""
+
+from __future__ import annotations
+
+import torch
+
+from moecache.model.adapter import NEG_INF
+from moecache.model.deepseek_v2 import DeepseekV2Adapter, keep_groups
+
+
+class DeepseekV3Adapter(DeepseekV2Adapter):
+    family = "deepseek_v3"
+    unsupported_stages = {
+        **DeepseekV2Adapter.unsupported_stages,
+        "controller": "the controller restricts routing by scaling softmax probabilities "
+        "(p * m); DeepSeek-V3 selects on biased sigmoid scores",
+    }
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.float().sigmoid()
+
+    def restrict(self, block, logits, allowed):
+        router = self.router(block)
+        scores = self.probabilities(logits)
+        choice = (scores + router.e_score_correction_bias).masked_fill(~allowed, NEG_INF)
+        per_group = router.num_experts // router.num_group
+        groups = choice.view(-1, router.num_group, per_group)
+        best_two = groups.topk(min(2, per_group), dim=-1).values
+        # A group with one allowed expert is ranked by it alone (its -inf partner dropped).
+        group_scores = best_two.nan_to_num(neginf=0.0).sum(dim=-1)
+        group_scores = group_scores.masked_fill(best_two[..., 0] == NEG_INF, NEG_INF)
+        chosen = group_scores.topk(router.topk_group, dim=-1).indices
+        choice = keep_groups(choice, chosen, router.num_group, allowed, router.top_k)
+        index = choice.topk(router.top_k, dim=-1).indices
+        weights = scores.gather(1, index)
+        if router.norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return weights * router.routed_scaling_factor, index

@@ -1,0 +1,23 @@
+"""Qwen2-MoE (Qwen/Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): Qwen3-MoE's router and sparse layers,
+plus one shared expert per block whose output is scaled by a sigmoid gate of its own
+(`shared_expert`, `shared_expert_gate`); it is always resident and never offloaded."""
+
+from __future__ import annotations
+
+import torch
+
+from moecache.model.qwen3_moe import Qwen3MoeAdapter
+
+
+class Qwen2MoeAdapter(Qwen3MoeAdapter):
+    family = "qwen2_moe"
+
+    def shared_intermediate_size(self, config) -> int:
+        return config.shared_expert_intermediate_size
+
+    def shared(self, block, x: torch.Tensor) -> torch.Tensor:
+        # Qwen2MoeSparseMoeBlock.forward's shared path, through the block's own modules.
+        return torch.sigmoid(block.shared_expert_gate(x)) * block.shared_expert(x)
+
+    def shared_modules(self, block) -> list:
+        return [block.shared_expert, block.shared_expert_gate]
