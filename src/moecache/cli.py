@@ -41,6 +41,22 @@ def cmd_validate_config(args):
     print(f"{args.file}: valid")
 
 
+def cmd_plan(args):
+    from moecache.model import plan
+
+    if args.configfile:
+        args.config = args.configfile
+    settings = load_settings(args, ("model", "harness", "corpus"))
+    report = plan.plan(settings, args.gpu_gib)
+    print("\n".join(plan.lines(report)))
+    if args.out:
+        from moecache.atomic import write_json
+
+        write_json(args.out, report)
+    if report.get("fits") is False:
+        sys.exit(1)
+
+
 def cmd_corpus(args):
     from moecache.data import corpus
 
@@ -623,6 +639,13 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("validate-config", cmd_validate_config, "check a config file against the schema")
     p.add_argument("file")
+
+    p = with_settings(
+        command("plan", cmd_plan, "say whether a run fits a GPU, from the model's config alone")
+    )
+    p.add_argument("--configfile", help="a whole config file (YAML), as --config")
+    p.add_argument("--gpu-gib", type=float, help="the GPU memory to fit, GiB")
+    p.add_argument("--out", type=Path, help="also write the plan as JSON")
 
     p = with_settings(command("corpus", cmd_corpus, "build the training text and held-out shards"))
     p.add_argument("--out-dir", required=True, type=Path)

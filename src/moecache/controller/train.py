@@ -24,8 +24,8 @@ import torch
 from moecache.atomic import atomic_file, write_json
 from moecache.controller import heads as heads_file
 from moecache.controller.mixture import ControlledBlock
-from moecache.model import registry
 from moecache.errors import MoecacheError
+from moecache.model import registry
 
 OBJECTIVES = {"differentiable": "soft", "reinforce": "sampled"}
 PENALTIES = ("refresh", "changed", "misses")

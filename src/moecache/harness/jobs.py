@@ -15,7 +15,7 @@ from moecache import provenance
 from moecache.data import corpus
 from moecache.errors import MoecacheError
 from moecache.harness import bandwidth, decode, gates, link, link_check, profile, trace
-from moecache.model import checkpoint, registry
+from moecache.model import checkpoint, plan, registry
 
 DEFAULT_RING_MIB = 128
 
@@ -128,6 +128,9 @@ def run_decode(
         specs[f"{name}-x{m}"], factories[f"{name}-x{m}"] = (name, spec, capacity, m, reads), make
     model, sequences = loaded or load(settings, model_source, sequences_path)
     sequences = sequences[:first]
+    if loaded is None:  # what the run holds, from the model's config, before it decodes
+        longest = max(len(ids) for ids in sequences)
+        print("\n".join(plan.lines(plan.plan(settings, source=model_source, tokens=longest))))
     json.loads(Path(gates_path).read_text())  # the shard's gates passed (the rule's input)
     # Delta NLL against the unmodified model on the sequences each run decoded (the gates
     # showed the batched NLL equal to the teacher-forced one).
