@@ -250,3 +250,22 @@ def test_a_family_refuses_a_stage_it_cannot_run():
     settings["model"]["family"] = "gpt_oss"
     with pytest.raises(ConfigError, match="config key controller: the gpt_oss family cannot"):
         configs.validate(settings)
+
+
+def test_no_module_outside_model_names_a_family_specific_module_or_parameter():
+    """Everything reaches the model through its family's adapter (src/moecache/model/)."""
+    import re
+
+    specific = re.compile(
+        r"Olmoe[A-Z]\w*|modeling_olmoe|\.mlp\b|mlp\.gate|model\.model\.layers|"
+        r"block_sparse_moe|shared_expert|e_score_correction_bias|mlp\.router"
+    )
+    source = Path(__file__).parents[1] / "src" / "moecache"
+    found = [
+        f"{path.relative_to(source)}:{number}: {line.strip()}"
+        for path in sorted(source.rglob("*.py"))
+        if path.parent.name != "model"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if specific.search(line)
+    ]
+    assert found == []

@@ -31,7 +31,7 @@ class PooledMoeBlock(nn.Module):
         object.__setattr__(self, "own", mlp)
         self.adapter = adapter
         self.gate = adapter.router(mlp)
-        self.shared_experts = nn.ModuleList(adapter.shared_modules(mlp))
+        self.always_resident = nn.ModuleList(adapter.shared_modules(mlp))
         self.pool, self.policy = pool, policy
         self.top_k, self.num_experts = adapter.top_k(mlp), pool.num_experts
         self.reads_probs = policy.needs_probs or policy.restricts
