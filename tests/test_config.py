@@ -63,10 +63,11 @@ def test_bad_config_names_the_key(smoke_config, key, value, named):
     assert named in message and "\n" not in message
 
 
-def test_paper_capacity_above_experts_is_refused():
+@pytest.mark.parametrize("capacity", [64, 65])
+def test_paper_capacity_at_or_above_experts_is_refused(capacity):
     config = configs.load(REPO / "config" / "olmoe.yaml")
-    with pytest.raises(configs.ConfigError, match="harness.capacity: capacity 65 is larger"):
-        configs.validate(mutate(config, "harness.capacity", 65))
+    with pytest.raises(configs.ConfigError, match=f"capacity {capacity} must be below num_exp"):
+        configs.validate(mutate(config, "harness.capacity", capacity))
 
 
 def test_snakemake_stops_before_any_job(tmp_path, smoke_config):

@@ -53,6 +53,7 @@ class PooledMoeBlock(nn.Module):
         batch, length, hidden = hidden_states.shape
         x = hidden_states.reshape(-1, hidden)
         router_logits, top_weights, top_index = self.adapter.route(self.own, x)
+        dtype = router_logits.dtype  # the model's: the weights sent to the kernel take it
         decided, lap = None, None
         if self.watch is not None:  # the policy's own heads, inside the timed step
             self.watch.start()
@@ -73,7 +74,6 @@ class PooledMoeBlock(nn.Module):
             router_logits = on_host[:, n + k : 2 * n + k]  # restricted routing reads them
             decided = None if decided is None else on_host[:, 2 * n + k :].numpy()
             probs = on_host[:, :n].numpy()
-        dtype = router_logits.dtype
         if len(x) == 1:  # decoding: one token
             first = None if probs is None else probs[0]
             if decided is not None:

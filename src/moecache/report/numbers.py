@@ -158,6 +158,7 @@ def model_section(workdir: Path) -> str:
         training = read(training_file)
         parameters = count(training["parameters"])
         config_file = workdir / "results/model/config.json"
+        # The embedded model is an OLMoE: every layer sparse, its config's own key names.
         keys = ("num_hidden_layers", "num_experts", "hidden_size", "intermediate_size")
         arch = read(config_file, "a model config") if config_file.exists() else {}
         if all(isinstance(arch.get(key), int) for key in keys):
