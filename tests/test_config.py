@@ -100,7 +100,8 @@ def test_cli_validate_config(tmp_path, smoke_config):
     result = moecache("validate-config", str(bad))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "moecache: error: config key harness.capacity: capacity 17 is larger than num_experts 16"
+        "moecache: error: config key harness.capacity: capacity 17 must be below num_experts 16 "
+        "(at C = N nothing is offloaded)"
     ]
 
 
