@@ -193,8 +193,8 @@ def test_sections_render_the_numbers_in_the_files(workdir):
     assert "- At 10x: equation (1) predicts static" in cost and "Config hash" not in cost
     replay = sections["replay"]
     assert "| lfu | 39.9% | 5,916 |" in replay
-    assert "| a | 32 | 3,216 | 3,372 | 3,372 | yes | 4.9% | 12.5% | yes / yes | 0.42 |" in replay
-    assert "every stream of every shard: yes" in replay
+    assert "| a | 32 | 32 | 3,216 | 3,372 | 3,372 | yes | 4.9% | 12.5% | yes / yes | 0.42 |" in replay
+    assert "every stream of every shard and capacity: yes" in replay
     runtime = sections["runtime"]
     assert "| decode | 2 | 1 min 10 s | 30.0 s to 40.0 s |" in runtime
     assert "| all jobs | 4 | **4 min 16 s** |" in runtime and "999" not in runtime

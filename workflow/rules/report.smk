@@ -71,7 +71,7 @@ rule table:
 
 rule table_eviction:
     input:
-        replay=expand("results/replay/{shard}/replay.json", shard=TRACE_SHARDS),
+        replay=replayed_all("replay"),
         learned=learned_evaluation(),
     output:
         report(
@@ -94,7 +94,7 @@ rule table_eviction:
 
 rule table_bounds:
     input:
-        bound=expand("results/replay/{shard}/bound.json", shard=TRACE_SHARDS),
+        bound=replayed_all("bound"),
         sweep="results/replay/optimum-sweep.json",
     output:
         report(
@@ -166,7 +166,7 @@ rule fig1:
 
 rule fig2:
     input:
-        foresight=f"results/replay/{TRACE_SHARDS[0]}/foresight.json",
+        foresight=replayed_all("foresight", TRACE_SHARDS[:1]),
         learned=learned_evaluation(),
     output:
         "figures/fig2.pdf",
