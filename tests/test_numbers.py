@@ -160,6 +160,13 @@ def workdir(tmp_path) -> Path:
             "mixed_precision": None,
         },
     )
+    write(
+        w / "figures/claims.csv",
+        "key,claim,where,paper,this_run,setting,tolerance,verdict,why,sources\n"
+        "ff_vs_lru,farthest-future copies fewer,Abstract,2.1x,2.20x,C = 32 of 64,±10%,holds,,"
+        "results/replay/a/c32/replay.json\n"
+        "foresight_16,16 tokens,Abstract,96%,not run,,±5 points,not run,no foresight k = 16,\n",
+    )
     bench(w / "benchmarks/train.tsv", 184.0)
     bench(w / "benchmarks/corpus.tsv", 2.4)
     bench(w / "benchmarks/decode/a.tsv", 30.0)
@@ -195,6 +202,10 @@ def test_sections_render_the_numbers_in_the_files(workdir):
     assert "| lfu | 39.9% | 5,916 |" in replay
     assert "| a | 32 | 32 | 3,216 | 3,372 | 3,372 | yes | 4.9% | 12.5% | yes / yes | 0.42 |" in replay
     assert "every stream of every shard and capacity: yes" in replay
+    claims = sections["claims"]
+    assert "| 2.1x | 2.20x | C = 32 of 64 | ±10% | **holds** |" in claims
+    assert "| not run: no foresight k = 16 |" in claims
+    assert "2 claims: holds 1, differs 0, not comparable 0, not run 1." in claims
     runtime = sections["runtime"]
     assert "| decode | 2 | 1 min 10 s | 30.0 s to 40.0 s |" in runtime
     assert "| all jobs | 4 | **4 min 16 s** |" in runtime and "999" not in runtime

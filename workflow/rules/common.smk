@@ -153,6 +153,7 @@ PAPER_OUTPUTS = [
     "figures/table_replication.md",
     "figures/fig1.pdf",
     "figures/fig2.pdf",
+    "figures/claims.md",
     "figures/numbers.md",
 ]
 

@@ -9,6 +9,7 @@ localrules:
     table_replication,
     fig1,
     fig2,
+    claims,
 
 
 rule table1:
@@ -181,6 +182,31 @@ rule fig2:
     shell:
         "moecache figure fig2 --foresight {input.foresight} --learned {input.learned}"
         " --out-dir figures > {log} 2>&1"
+
+
+rule claims:
+    """The reproduction scorecard: each quantitative claim of the paper against this run's
+    results files (every results output of `all`, so it runs after them)."""
+    input:
+        results=[path for path in final_outputs() if not path.startswith("figures/")],
+    output:
+        report(
+            "figures/claims.csv",
+            caption="../report/claims.rst",
+            category="Scorecard",
+        ),
+        "figures/claims.md",
+        "figures/claims.sources.json",
+    log:
+        "logs/figures/claims.log",
+    benchmark:
+        "benchmarks/figures/claims.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        shards=SHARDS,
+    shell:
+        "moecache claims --workdir . --shards {params.shards} --out-dir figures > {log} 2>&1"
 
 
 rule numbers:

@@ -182,12 +182,39 @@ def router_logit(r: Results) -> Found:
 # ------------------------------------------------------------------------ other claims
 
 
-def runs_1x(r: Results) -> tuple[list, list[str]]:
-    """Every run at 1x on the first shard, as the cost model reads it."""
-    from moecache.report import cost_model
+@dataclass
+class Run:
+    run: str
+    policy: str
+    params: dict
+    restricts: bool
+    tokens_per_second: float
+    delta_nll: float
+    rho: float
+
+
+def runs_1x(r: Results) -> tuple[list[Run], list[str]]:
+    """Every run at 1x on the first shard: what the claims read of it."""
+    from moecache.policies import POLICIES
 
     paths = r.glob(f"results/runs/{r.shards[0] if r.shards else '*'}/*-x1.json", "runs at 1x")
-    return [cost_model.point(read_json(r.path(p)), path=p) for p in paths], paths
+    runs = []
+    for path in paths:
+        report = read_json(r.path(path))
+        t = report["totals"]
+        restricts = POLICIES[report["policy"]].restricts
+        runs.append(
+            Run(
+                report["run"],
+                report["policy"],
+                report.get("params", {}),
+                restricts,
+                t["tokens_per_second"],
+                t["delta_nll"],
+                t["rho"],
+            )
+        )
+    return runs, paths
 
 
 def model_why(r: Results, paths: list[str]) -> str:
@@ -211,8 +238,9 @@ def restrict_cost(r: Results) -> Found:
     value = f"+{cheapest.delta_nll:.3f} ({cheapest.run}; {len(faster)} faster than LRU)"
     why = model_why(r, paths)
     ok = cheapest.delta_nll >= 0.067
-    if why:  # the direction compares: every faster one loses quality
-        why += f"; every faster restricting run loses quality: {'yes' if ok else 'no'}"
+    if why:  # the direction still compares: does every faster one lose quality?
+        loses = "yes" if cheapest.delta_nll > 0 else "no"
+        why += f"; every faster restricting run loses quality: {loses}"
     return Found(value, judged(ok, why), "1x, first shard", why, paths)
 
 
@@ -400,11 +428,11 @@ def dp_greedy(r: Results) -> Found:
 
 def dwell_window(r: Results) -> Found:
     points, paths = runs_1x(r)
-    dwell = []  # (window / k, k, run)
-    for point, path in zip(points, paths, strict=True):
-        params = read_json(r.path(path))["params"]
-        if point.policy == "dwell":
-            dwell.append((params["window"] / params["k"], params["k"], point))
+    dwell = [  # (window / k, k, run)
+        (p.params["window"] / p.params["k"], p.params["k"], p)
+        for p in points
+        if p.policy == "dwell"
+    ]
     if len({d[0] for d in dwell}) < 2:
         raise Missing("no two dwell runs with windows of different length")
     short, long = min(dwell, key=lambda d: d[0]), max(dwell, key=lambda d: d[0])
@@ -703,6 +731,20 @@ CAPTION = (
     "or multiplier this run lacks); `not run`: this run has no results for it. Every value "
     "is read from the files named in the last column (`claims.csv` lists each file)."
 )
+
+
+def read_rows(path) -> list[dict]:
+    """The rows of a claims.csv (the README's block renders them as claims.md does)."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise MoecacheError(f"{path}: missing (run `moecache claims` first)") from None
+    lacking = [c for c in COLUMNS if c not in frame.columns]
+    if lacking:
+        raise MoecacheError(f"{path}: not a scorecard (no column {lacking[0]})")
+    return frame.to_dict("records")
 
 
 def write(rows: list[dict], out_dir, workdir=".") -> None:

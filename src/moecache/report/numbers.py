@@ -7,12 +7,13 @@ between `<!-- numbers:NAME -->` and `<!-- /numbers:NAME -->`, and refreshes the 
 the same names in the README; `tests/test_numbers.py` checks that the committed README's
 blocks equal the committed `figures/numbers.md`.
 
-Sections: `model` (the trained model and what a copy and a token cost), `gates` (the
-exactness gates per shard), `bandwidth` (copy time per multiplier), `runs` (every run at 1x
-on the first shard), `cost_model` (Table 1's cost-model check), `replay` (trace replay,
-bounds, foresight, the sweep and the replay benchmark), `learned` (the learned eviction
-scorers' share of the gap), `router_tuning` (Table 3's copies and the gap verdicts) and
-`runtime` (seconds per stage, summed from `benchmarks/`).
+Sections: `claims` (the reproduction scorecard, the README's headline table), `model` (the
+trained model and what a copy and a token cost), `gates` (the exactness gates per shard),
+`bandwidth` (copy time per multiplier), `runs` (every run at 1x on the first shard),
+`cost_model` (Table 1's cost-model check), `replay` (trace replay per capacity, bounds,
+foresight, the sweep and the replay benchmark), `learned` (the learned eviction scorers'
+share of the gap), `router_tuning` (Table 3's copies and the gap verdicts) and `runtime`
+(seconds per stage, summed from `benchmarks/`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from moecache.errors import MoecacheError
 from moecache.report import replayed
 
 NAMES = (
+    "claims",
     "model",
     "gates",
     "bandwidth",
@@ -148,6 +150,14 @@ def shards_of(workdir: Path, shards: Sequence[str] | None) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- sections
+
+
+def claims_section(workdir: Path) -> str:
+    """The reproduction scorecard (`moecache claims`, figures/claims.md): the README's
+    headline table."""
+    from moecache.report import claims
+
+    return claims.render(claims.read_rows(workdir / "figures/claims.csv"))
 
 
 def model_section(workdir: Path) -> str:
@@ -1034,6 +1044,7 @@ def build(
     workdir = Path(workdir)
     shards = shards_of(workdir, shards)
     builders = {
+        "claims": lambda: claims_section(workdir),
         "model": lambda: model_section(workdir),
         "gates": lambda: gates_section(workdir, shards),
         "bandwidth": lambda: bandwidth_section(workdir, bandwidth),
