@@ -74,13 +74,17 @@ CROSSINGS = [
 
 @pytest.mark.parametrize("key, rule, inside, outside", CROSSINGS)
 def test_a_verdict_flips_when_its_input_crosses_the_tolerance(workdir, key, rule, inside, outside):
+    set_copies(workdir, rule, inside, capacity=16)
     set_copies(workdir, rule, inside)
     row = answer(workdir, key)
     assert row["verdict"] == "holds", row
     assert row["setting"] == "C = 32 of 64, shard a"
-    assert row["sources"] == "results/replay/a/c32/replay.json"
+    # Read at C = 32; the harness's C = 16 beside it, for the record.
+    assert row["sources"] == "results/replay/a/c32/replay.json results/replay/a/replay.json"
+    assert row["other_capacities"].startswith("C = 16: ")
     set_copies(workdir, rule, outside)
-    assert answer(workdir, key)["verdict"] == "differs"
+    row = answer(workdir, key)
+    assert row["verdict"] == "differs" and row["why"].startswith("stated, not tested: ")
 
 
 def test_replay_claims_answer_at_the_paper_ratio_or_say_why(workdir):

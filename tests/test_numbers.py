@@ -162,10 +162,10 @@ def workdir(tmp_path) -> Path:
     )
     write(
         w / "figures/claims.csv",
-        "key,claim,where,paper,this_run,setting,tolerance,verdict,why,sources\n"
-        "ff_vs_lru,farthest-future copies fewer,Abstract,2.1x,2.20x,C = 32 of 64,±10%,holds,,"
-        "results/replay/a/c32/replay.json\n"
-        "foresight_16,16 tokens,Abstract,96%,not run,,±5 points,not run,no foresight k = 16,\n",
+        "key,claim,where,paper,this_run,setting,other_capacities,tolerance,verdict,why,sources\n"
+        "ff_vs_lru,farthest-future copies fewer,Abstract,2.1x,2.20x,C = 32 of 64,C = 16: 1.52x,"
+        "±10%,holds,,results/replay/a/c32/replay.json\n"
+        "foresight_16,16 tokens,Abstract,96%,not run,,,±5 points,not run,no foresight k = 16,\n",
     )
     bench(w / "benchmarks/train.tsv", 184.0)
     bench(w / "benchmarks/corpus.tsv", 2.4)
@@ -204,7 +204,7 @@ def test_sections_render_the_numbers_in_the_files(workdir):
     assert bounds in replay
     assert "every stream of every shard and capacity: yes" in replay
     claims = sections["claims"]
-    assert "| 2.1x | 2.20x | C = 32 of 64 | ±10% | **holds** |" in claims
+    assert "| 2.1x | 2.20x | C = 32 of 64 | C = 16: 1.52x | ±10% | **holds** |" in claims
     assert "| not run: no foresight k = 16 |" in claims
     assert "2 claims: holds 1, differs 0, not comparable 0, not run 1." in claims
     runtime = sections["runtime"]

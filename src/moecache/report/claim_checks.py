@@ -17,7 +17,6 @@ from moecache.report.evidence import (
     judged,
     model_why,
     pct,
-    replay_rule,
     runs_1x,
     verdict,
 )
@@ -25,72 +24,101 @@ from moecache.report.evidence import (
 # ------------------------------------------------------------------------ replay claims
 
 
-def ff_vs_lru(r: Results) -> Found:
-    ff, lru, setting, why, path = replay_rule(r, "farthest-future")
+def replay_claim(name: str, measure: Callable[[dict], tuple[float, str]], ok):
+    """A claim on one replay file (`name`: replay, bound, foresight): `measure` gives the
+    number the verdict tests with `ok` and the text the row shows, at the paper's C and,
+    for the record, at every other capacity replayed on the same shard."""
+
+    def claim(r: Results) -> Found:
+        report, path, paper = r.replay(name)
+        number, shown = measure(report)
+        setting, why = at_capacity(report, paper, path)
+        found = Found(shown, judged(ok(number), why), setting, why, [path])
+        for capacity, other, other_path in r.others(name, path):
+            try:
+                found.elsewhere.append(f"C = {capacity}: {measure(other)[1]}")
+                found.sources.append(other_path)
+            except Missing:
+                continue
+        return found
+
+    return claim
+
+
+def rule_totals(report: dict, rule: str) -> tuple[dict, dict]:
+    if rule not in report["rules"]:
+        raise Missing(f"rule {rule} was not replayed at C = {report['capacity']}")
+    return report["rules"][rule]["totals"], report["rules"]["lru"]["totals"]
+
+
+def fewer_copies(report: dict) -> tuple[float, str]:
+    ff, lru = rule_totals(report, "farthest-future")
     ratio = lru["after_fill"] / ff["after_fill"]
-    value = f"{ratio:.2f}x ({lru['after_fill']:,} -> {ff['after_fill']:,})"
-    return Found(value, judged(abs(ratio / 2.1 - 1) <= 0.10, why), setting, why, [path])
+    return ratio, f"{ratio:.2f}x ({lru['after_fill']:,} -> {ff['after_fill']:,})"
 
 
-def ff_vs_bflat(r: Results) -> Found:
-    report, path, paper = r.replay("bound")
-    setting, why = at_capacity(report, paper, path)
+def bflat_gap(report: dict) -> tuple[float, str]:
     t = report["totals"]
-    value = f"{pct(t['gap'])} (B_flat {t['b_flat']:,}, B_greedy {t['b_greedy']:,})"
-    return Found(value, judged(t["gap"] <= 0.045, why), setting, why, [path])
+    return t["gap"], f"{pct(t['gap'])} (B_flat {t['b_flat']:,}, B_greedy {t['b_greedy']:,})"
 
 
-def ff_vs_bstar(r: Results) -> Found:
-    report, path, paper = r.replay("bound")
-    setting, why = at_capacity(report, paper, path)
+def bstar_gap(report: dict) -> tuple[float, str]:
     t = report["totals"]
-    value = f"{pct(t['greedy_gap'])} (B* {t['b_star']:,} by the LP)"
-    return Found(value, judged(t["greedy_gap"] <= 0.035, why), setting, why, [path])
+    return t["greedy_gap"], f"{pct(t['greedy_gap'])} (B* {t['b_star']:,} by the LP)"
 
 
-def foresight_points(r: Results) -> tuple[dict, str, str, str]:
-    report, path, paper = r.replay("foresight")
-    setting, why = at_capacity(report, paper, path)
+def foresight_points(report: dict) -> dict:
     subset = "heldout" if report["subsets"]["heldout"]["streams"] else "all"
-    points = {p["k"]: p["gap_recovered"] for p in report["subsets"][subset]["foresight"]}
-    return points, f"{setting}, {subset} sequences", why, path
+    return {p["k"]: p["gap_recovered"] for p in report["subsets"][subset]["foresight"]}
 
 
-def foresight_16(r: Results) -> Found:
-    points, setting, why, path = foresight_points(r)
+def sixteen_tokens(report: dict) -> tuple[float, str]:
+    points = foresight_points(report)
     if points.get(16) is None:
-        raise Missing(f"no foresight k = 16 (replay.foresight; {path})")
-    return Found(pct(points[16]), judged(abs(points[16] - 0.96) <= 0.05, why), setting, why, [path])
+        raise Missing(f"no foresight k = 16 at C = {report['capacity']} (replay.foresight)")
+    return points[16], pct(points[16])
 
 
 FORESIGHT_CURVE = {1: 0.17, 2: 0.31, 4: 0.51, 8: 0.76, 16: 0.96, 32: 0.997}
 
 
-def foresight_curve(r: Results) -> Found:
-    points, setting, why, path = foresight_points(r)
+def curve_distance(report: dict) -> tuple[float, str]:
+    """The largest distance from the paper's curve over the k both have."""
+    points = foresight_points(report)
     ks = [k for k in FORESIGHT_CURVE if points.get(k) is not None]
     if not ks:
-        raise Missing(f"no foresight at k = 1, 2, 4, 8, 16 or 32 ({path})")
-    value = "/".join(f"{100 * points[k]:.0f}" for k in ks) + f"% at k = {', '.join(map(str, ks))}"
-    worst = max(abs(points[k] - FORESIGHT_CURVE[k]) for k in ks)
-    return Found(value, judged(worst <= 0.10, why), setting, why, [path])
+        raise Missing(f"no foresight at k = 1, 2, 4, 8, 16 or 32 at C = {report['capacity']}")
+    shown = "/".join(f"{100 * points[k]:.0f}" for k in ks) + f"% at k = {', '.join(map(str, ks))}"
+    return max(abs(points[k] - FORESIGHT_CURVE[k]) for k in ks), shown
+
+
+def share_of(rule: str) -> Callable[[dict], tuple[float, str]]:
+    def measure(report: dict) -> tuple[float, str]:
+        share = rule_totals(report, rule)[0]["gap_recovered"]
+        if share is None:
+            raise Missing(f"no LRU-to-oracle gap at C = {report['capacity']}")
+        return share, pct(share)
+
+    return measure
+
+
+def more_than_lru(report: dict) -> tuple[float, str]:
+    rule, lru = rule_totals(report, "router-logit")
+    more = rule["after_fill"] / lru["after_fill"] - 1
+    return more, f"{more:+.1%} against LRU (replayed)"
+
+
+ff_vs_lru = replay_claim("replay", fewer_copies, lambda x: abs(x / 2.1 - 1) <= 0.10)
+ff_vs_bflat = replay_claim("bound", bflat_gap, lambda x: x <= 0.045)
+ff_vs_bstar = replay_claim("bound", bstar_gap, lambda x: x <= 0.035)
+foresight_16 = replay_claim("foresight", sixteen_tokens, lambda x: abs(x - 0.96) <= 0.05)
+foresight_curve = replay_claim("foresight", curve_distance, lambda x: x <= 0.10)
+router_logit = replay_claim("replay", more_than_lru, lambda x: abs(x - 0.46) <= 0.10)
 
 
 def gap_share(rule: str, paper: float) -> Callable[[Results], Found]:
-    def claim(r: Results) -> Found:
-        totals, _, setting, why, path = replay_rule(r, rule)
-        share = totals["gap_recovered"]
-        ok = share is not None and abs(share - paper) <= 0.05
-        return Found(pct(share or 0.0), judged(ok, why), setting, why, [path])
-
-    return claim
-
-
-def router_logit(r: Results) -> Found:
-    rule, lru, setting, why, path = replay_rule(r, "router-logit")
-    more = rule["after_fill"] / lru["after_fill"] - 1
-    value = f"{more:+.1%} against LRU (replayed)"
-    return Found(value, judged(abs(more - 0.46) <= 0.10, why), setting, why, [path])
+    """A rule's share of the LRU-to-oracle gap, within 5 points of the paper's."""
+    return replay_claim("replay", share_of(rule), lambda x: abs(x - paper) <= 0.05)
 
 
 # ------------------------------------------------------------------------ other claims

@@ -27,6 +27,7 @@ class Found:
     setting: str = ""
     why: str = ""
     sources: list[str] = field(default_factory=list)
+    elsewhere: list[str] = field(default_factory=list)  # the same at other capacities
 
 
 def verdict(ok: bool) -> str:
@@ -77,6 +78,15 @@ class Results:
             return read_json(wanted), relative, bool(paper)
         raise Missing("no replay results")
 
+    def others(self, name: str, path: str) -> list[tuple[int, dict, str]]:
+        """(C, report, file) of `name` at every other capacity replayed beside `path`."""
+        shard = replayed.shard_of(path)
+        return [
+            (capacity, read_json(found), found.relative_to(self.workdir).as_posix())
+            for _, capacity, found in replayed.found(self.workdir, name, [shard])
+            if found.relative_to(self.workdir).as_posix() != path
+        ]
+
 
 def at_capacity(report: dict, paper_ratio: bool, path: str) -> tuple[str, str]:
     """The setting a replay claim was read at, and why it is not comparable (or '')."""
@@ -85,15 +95,6 @@ def at_capacity(report: dict, paper_ratio: bool, path: str) -> tuple[str, str]:
     setting += f", shard {replayed.shard_of(path)}"
     why = "" if paper_ratio else "no replay at the paper's C = N/2 (replay.capacities)"
     return setting, why
-
-
-def replay_rule(r: Results, rule: str) -> tuple[dict, dict, str, str, str]:
-    """A rule's and LRU's totals at the paper's capacity, the setting, why-not, the file."""
-    report, path, paper = r.replay("replay")
-    if rule not in report["rules"]:
-        raise Missing(f"rule {rule} was not replayed ({path})")
-    setting, why = at_capacity(report, paper, path)
-    return report["rules"][rule]["totals"], report["rules"]["lru"]["totals"], setting, why, path
 
 
 def judged(ok: bool, why: str) -> str:
