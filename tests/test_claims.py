@@ -84,7 +84,20 @@ def test_a_verdict_flips_when_its_input_crosses_the_tolerance(workdir, key, rule
     assert row["other_capacities"].startswith("C = 16: ")
     set_copies(workdir, rule, outside)
     row = answer(workdir, key)
-    assert row["verdict"] == "differs" and row["why"].startswith("stated, not tested: ")
+    assert row["verdict"] == "differs"
+    # A difference no experiment here tests carries its likely cause, stated as such.
+    assert row["why"].startswith("stated, not tested: ") == (key in claims.BECAUSE)
+
+
+def test_mean_interval_names_the_tested_cause(workdir):
+    """Today's reading differs from the paper's sign; the literal reading, replayed on the
+    same trace, is named beside it (the experiment, not a guess)."""
+    set_copies(workdir, "mean-interval", 22000)
+    set_copies(workdir, "mean-interval-literal", 29500)
+    row = answer(workdir, "mean_interval")
+    assert row["verdict"] == "differs" and "stated" not in row["why"]
+    assert "the literal reading, a once-seen expert kept, recovers -17.7%" in row["why"]
+    assert answer(workdir, "mean_interval_literal")["verdict"] == "holds"
 
 
 def test_replay_claims_answer_at_the_paper_ratio_or_say_why(workdir):

@@ -344,3 +344,17 @@ def dwell_window(r: Results) -> Found:
     ok = a.delta_nll < b.delta_nll and (not same_k or a.rho < b.rho)
     why = "" if same_k else "different k: loss compared, copies not"
     return Found(value, verdict(ok), "1x, first shard", why, paths)
+
+
+def mean_interval(r: Results) -> Found:
+    """Today's reading, with the tested cause beside it: the literal reading's share on
+    the same trace and capacity (the two differ only in the once-seen convention)."""
+    found = gap_share("mean-interval", -0.175)(r)
+    report, _, _ = r.replay("replay")
+    try:
+        literal = share_of("mean-interval-literal")(report)[1]
+    except Missing:
+        return found
+    note = f"the literal reading, a once-seen expert kept, recovers {literal} on this trace"
+    found.why = "; ".join(filter(None, [found.why, note]))
+    return found
