@@ -342,3 +342,16 @@ def test_the_readme_quotes_the_committed_numbers():
         "README.md's measured numbers differ from figures/numbers.md: run "
         "`moecache numbers --from figures/numbers.md --readme README.md`"
     )
+
+
+def test_replay_carries_every_capacity(workdir):
+    """A second capacity (replay.capacities, under c<C>/) gets its own columns and rows."""
+    for name in ("replay", "bound"):
+        report = json.loads((workdir / f"results/replay/a/{name}.json").read_text())
+        report["capacity"] = 16
+        write_json(workdir / f"results/replay/a/c16/{name}.json", report)
+    replay = numbers.build(workdir)["replay"]
+    assert "C = 16 and 32 of 64 experts" in replay
+    header = "| rule | shard a, C = 16: share of the LRU-to-oracle gap | shard a, C = 16: steady"
+    assert header in replay and "| shard a, C = 32: steady copies |" in replay
+    assert "| a | 16 | 32 | 3,216 |" in replay and "| a | 32 | 32 | 3,216 |" in replay
