@@ -30,6 +30,11 @@ class Found:
     elsewhere: list[str] = field(default_factory=list)  # the same at other capacities
 
 
+def near(x: float, target: float, tolerance: float) -> bool:
+    """Within the tolerance; a hair of float rounding at its edge counts as within."""
+    return abs(x - target) <= tolerance + 1e-9
+
+
 def verdict(ok: bool) -> str:
     return HOLDS if ok else DIFFERS
 
