@@ -40,6 +40,9 @@ BAD = [
     ("harness.trace_run", "static", "harness.trace_run: 'static' restricts routing"),
     ("harness.runs.dwell-4.shards", ["b"], "harness.runs.dwell-4.multipliers"),
     ("harness.probe.window", 0, "harness.probe"),
+    ("replay.capacities", [8, 17], "replay.capacities: 17 needs"),
+    ("replay.capacities", [3], "replay.capacities: 3 needs top-k 4"),
+    ("replay.capacities", [8, 8], "replay.capacities"),
 ]
 
 
