@@ -37,7 +37,7 @@ import torch
 from moecache import provenance
 from moecache.errors import MoecacheError, first_line
 from moecache.harness import bandwidth, decode, gates
-from moecache.model import registry
+from moecache.model import plan, registry
 
 NO_CUDA = "no CUDA device: make gpu-check needs one (torch.cuda.is_available() is False)"
 
@@ -358,6 +358,11 @@ def pooled_memory(model, layers, capacity: int, device: str, ring_mib: int) -> d
             }
         )
         report["held_bytes"] = report["weights_bytes"] + report["slot_bytes"]
+        # `moecache plan`'s prediction, from the model's config alone.
+        element = next(iter(model.parameters())).element_size()
+        planned = plan.held(model.config, layers, capacity, element)["held_bytes"]
+        report["planned_held_bytes"] = planned
+        report["plan_matches"] = planned == report["held_bytes"]
         if cuda:
             report["allocated_pooled_bytes"] = allocated()
             # Model unpooled, less the experts that left, plus slots and the link's ring.

@@ -63,23 +63,39 @@ def kv_bytes_per_token(config, element: int) -> int:
 def plan(settings: dict, gpu_gib=None, source=None, tokens=None) -> dict:
     """`source`: the model folder a job loads (default: the config's); `tokens`: the
     longest sequence (default: the config's held-out max_tokens)."""
+    config = checkpoint_config(settings, source)
+    model = settings["model"]
+    checkpoint.check_architecture(config, model["architecture"], model["source"])
+    harness = settings["harness"]
+    element = torch.empty(0, dtype=checkpoint.DTYPES[model["dtype"]]).element_size()
+    report = {
+        "source": source or model["source"],
+        "dtype": model["dtype"],
+        **held(config, harness["restricted_layers"], harness["capacity"], element),
+    }
+    report["kv_cache_tokens"] = tokens or settings["corpus"]["heldout"]["max_tokens"]
+    report["kv_cache_bytes"] = kv_bytes_per_token(config, element) * report["kv_cache_tokens"]
+    report["device_bytes"] = report["held_bytes"] + report["kv_cache_bytes"]
+    if gpu_gib is not None:
+        report["gpu_gib"] = gpu_gib
+        report["fits"] = report["device_bytes"] <= gpu_gib * 2**30
+    return report
+
+
+def held(config, layers, capacity: int, element: int) -> dict:
+    """The weights a run keeps on the device and the slots it adds (`held_bytes`, what the
+    harness's Offload.device_bytes reports as weights and slots), the model built on the
+    meta device from `config` and counted through its family's adapter."""
     from transformers import AutoModelForCausalLM
 
-    config = checkpoint_config(settings, source)
     adapter = registry.adapter_for(config.model_type)
-    checkpoint.check_architecture(
-        config, settings["model"]["architecture"], settings["model"]["source"]
-    )
-    harness = settings["harness"]
-    layers, capacity = harness["restricted_layers"], harness["capacity"]
     sizes = adapter.sizes(config)
     dense = [layer for layer in layers if layer not in sizes.moe_layers]
     if dense:
         raise MoecacheError(
-            f"harness.restricted_layers: layer {dense[0]} of {settings['model']['source']} is "
+            f"harness.restricted_layers: layer {dense[0]} of this {adapter.family} model is "
             f"dense, not an MoE layer (MoE layers: {list(sizes.moe_layers)})"
         )
-    element = torch.empty(0, dtype=checkpoint.DTYPES[settings["model"]["dtype"]]).element_size()
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
 
@@ -89,31 +105,20 @@ def plan(settings: dict, gpu_gib=None, source=None, tokens=None) -> dict:
     offloaded = [adapter.layer_experts(model, layer) for layer in layers]
     moe_blocks = [adapter.block(model, layer) for layer in sizes.moe_layers]
     shared = [m for block in moe_blocks for m in adapter.shared_modules(block)]
-    all_weights = count([model])
     expert_bytes = count(offloaded[:1]) // sizes.num_experts
-    tokens = tokens or settings["corpus"]["heldout"]["max_tokens"]
     report = {
         "family": adapter.family,
-        "source": source or settings["model"]["source"],
-        "dtype": settings["model"]["dtype"],
         "num_experts": sizes.num_experts,
         "top_k": sizes.num_experts_per_tok,
         "capacity": capacity,
         "offloaded_layers": list(layers),
         "expert_bytes": expert_bytes,
-        "weights_bytes": all_weights - count(offloaded),
+        "weights_bytes": count([model]) - count(offloaded),
         "shared_expert_bytes": count(shared),
         "slot_bytes": expert_bytes * capacity * len(layers),
-        "kv_cache_bytes": kv_bytes_per_token(config, element) * tokens,
-        "kv_cache_tokens": tokens,
         "pinned_host_bytes": count(offloaded),
     }
-    report["device_bytes"] = (
-        report["weights_bytes"] + report["slot_bytes"] + report["kv_cache_bytes"]
-    )
-    if gpu_gib is not None:
-        report["gpu_gib"] = gpu_gib
-        report["fits"] = report["device_bytes"] <= gpu_gib * 2**30
+    report["held_bytes"] = report["weights_bytes"] + report["slot_bytes"]
     return report
 
 
