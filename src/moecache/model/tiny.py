@@ -12,7 +12,7 @@ from moecache.errors import MoecacheError
 
 
 def common(arch: dict, vocab_size: int, tok=None) -> dict:
-    ids = {}
+    ids = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
     if tok is not None:
         ids = {
             "bos_token_id": tok.bos_token_id,
