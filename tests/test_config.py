@@ -40,6 +40,9 @@ BAD = [
     ("harness.trace_run", "static", "harness.trace_run: 'static' restricts routing"),
     ("harness.runs.dwell-4.shards", ["b"], "harness.runs.dwell-4.multipliers"),
     ("harness.probe.window", 0, "harness.probe"),
+    ("replay.capacities", [8, 17], "replay.capacities: 17 needs"),
+    ("replay.capacities", [3], "replay.capacities: 3 needs top-k 4"),
+    ("replay.capacities", [8, 8], "replay.capacities"),
 ]
 
 
@@ -63,10 +66,11 @@ def test_bad_config_names_the_key(smoke_config, key, value, named):
     assert named in message and "\n" not in message
 
 
-def test_paper_capacity_above_experts_is_refused():
+@pytest.mark.parametrize("capacity", [64, 65])
+def test_paper_capacity_at_or_above_experts_is_refused(capacity):
     config = configs.load(REPO / "config" / "olmoe.yaml")
-    with pytest.raises(configs.ConfigError, match="harness.capacity: capacity 65 is larger"):
-        configs.validate(mutate(config, "harness.capacity", 65))
+    with pytest.raises(configs.ConfigError, match=f"capacity {capacity} must be below num_exp"):
+        configs.validate(mutate(config, "harness.capacity", capacity))
 
 
 def test_snakemake_stops_before_any_job(tmp_path, smoke_config):
@@ -99,7 +103,8 @@ def test_cli_validate_config(tmp_path, smoke_config):
     result = moecache("validate-config", str(bad))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "moecache: error: config key harness.capacity: capacity 17 is larger than num_experts 16"
+        "moecache: error: config key harness.capacity: capacity 17 must be below num_experts 16 "
+        "(at C = N nothing is offloaded)"
     ]
 
 

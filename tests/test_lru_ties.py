@@ -110,6 +110,7 @@ RECENCY_RULES = [
     ("lru", {}),
     ("decayed-frequency", {}),
     ("mean-interval", {}),
+    ("mean-interval-literal", {}),
     ("router-logit", {}),
     ("farthest-future", {}),
     ("farthest-future", {"foresight": 1}),

@@ -86,7 +86,7 @@ def test_loader_reads_a_local_olmoe_directory(tmp_path, tok_dir, texts, smoke_co
         checkpoint.load(tmp_path / "m", "float32", "cpu", wrong)
 
 
-def test_loader_refuses_what_is_not_olmoe(tmp_path, smoke_config):
+def test_loader_refuses_a_family_without_an_adapter(tmp_path, smoke_config):
     llama = LlamaForCausalLM(
         LlamaConfig(
             vocab_size=64,
@@ -98,7 +98,7 @@ def test_loader_refuses_what_is_not_olmoe(tmp_path, smoke_config):
     )
     llama.save_pretrained(tmp_path / "llama")
     arch = smoke_config["model"]["architecture"]
-    with pytest.raises(MoecacheError, match="model_type is 'llama', not 'olmoe'"):
+    with pytest.raises(MoecacheError, match="'llama' has no adapter; families with one: deepseek"):
         checkpoint.load(tmp_path / "llama", "float32", "cpu", arch)
     with pytest.raises(MoecacheError, match="cannot load"):
         checkpoint.load(tmp_path / "missing", "float32", "cpu", arch)

@@ -160,6 +160,13 @@ def workdir(tmp_path) -> Path:
             "mixed_precision": None,
         },
     )
+    write(
+        w / "figures/claims.csv",
+        "key,claim,where,paper,this_run,setting,other_capacities,tolerance,verdict,why,sources\n"
+        "ff_vs_lru,farthest-future copies fewer,Abstract,2.1x,2.20x,C = 32 of 64,C = 16: 1.52x,"
+        "±10%,holds,,results/replay/a/c32/replay.json\n"
+        "foresight_16,16 tokens,Abstract,96%,not run,,,±5 points,not run,no foresight k = 16,\n",
+    )
     bench(w / "benchmarks/train.tsv", 184.0)
     bench(w / "benchmarks/corpus.tsv", 2.4)
     bench(w / "benchmarks/decode/a.tsv", 30.0)
@@ -193,8 +200,13 @@ def test_sections_render_the_numbers_in_the_files(workdir):
     assert "- At 10x: equation (1) predicts static" in cost and "Config hash" not in cost
     replay = sections["replay"]
     assert "| lfu | 39.9% | 5,916 |" in replay
-    assert "| a | 32 | 3,216 | 3,372 | 3,372 | yes | 4.9% | 12.5% | yes / yes | 0.42 |" in replay
-    assert "every stream of every shard: yes" in replay
+    bounds = "| a | 32 | 32 | 3,216 | 3,372 | 3,372 | yes | 4.9% | 12.5% | yes / yes | 0.42 |"
+    assert bounds in replay
+    assert "every stream of every shard and capacity: yes" in replay
+    claims = sections["claims"]
+    assert "| 2.1x | 2.20x | C = 32 of 64 | C = 16: 1.52x | ±10% | **holds** |" in claims
+    assert "| not run: no foresight k = 16 |" in claims
+    assert "2 claims: holds 1, differs 0, not comparable 0, not run 1." in claims
     runtime = sections["runtime"]
     assert "| decode | 2 | 1 min 10 s | 30.0 s to 40.0 s |" in runtime
     assert "| all jobs | 4 | **4 min 16 s** |" in runtime and "999" not in runtime
@@ -330,3 +342,16 @@ def test_the_readme_quotes_the_committed_numbers():
         "README.md's measured numbers differ from figures/numbers.md: run "
         "`moecache numbers --from figures/numbers.md --readme README.md`"
     )
+
+
+def test_replay_carries_every_capacity(workdir):
+    """A second capacity (replay.capacities, under c<C>/) gets its own columns and rows."""
+    for name in ("replay", "bound"):
+        report = json.loads((workdir / f"results/replay/a/{name}.json").read_text())
+        report["capacity"] = 16
+        write_json(workdir / f"results/replay/a/c16/{name}.json", report)
+    replay = numbers.build(workdir)["replay"]
+    assert "C = 16 and 32 of 64 experts" in replay
+    header = "| rule | shard a, C = 16: share of the LRU-to-oracle gap | shard a, C = 16: steady"
+    assert header in replay and "| shard a, C = 32: steady copies |" in replay
+    assert "| a | 16 | 32 | 3,216 |" in replay and "| a | 32 | 32 | 3,216 |" in replay

@@ -60,8 +60,14 @@ def test_every_config_lists_its_whole_dag(tmp_path):
         # One interleaved decode job a shard, one results file a run, shard and multiplier.
         assert jobs["run_results"] == expected_decodes(config), where
         assert jobs["decode"] == len(config["corpus"]["heldout"]["shards"]), where
-        for rule in ("corpus", "heldout", "gates", "replay", "bound", "table1", "fig1", "fig2"):
+        rules = ("corpus", "heldout", "gates", "replay", "bound", "table1", "fig1", "fig2")
+        for rule in (*rules, "claims"):
             assert rule in jobs, f"{where}: no {rule} job"
+        # Replay, bounds and foresight at each capacity beside the trace run's own.
+        harness = config["harness"]
+        own = harness["runs"][harness["trace_run"]].get("capacity", harness["capacity"])
+        others = len(set(config["replay"].get("capacities", [])) - {own})
+        assert jobs.get("bound_at_capacity", 0) == others * jobs["bound"], where
         assert not (workdir / "results").exists()
 
 
@@ -151,7 +157,12 @@ def test_rehearsal_runs_the_pretrained_path(rehearsal_run):
 def test_rehearsal_builds_every_table_and_figure(rehearsal_run):
     result = snakemake(rehearsal_run, "all", "-n", configfile=REHEARSAL)
     assert "Nothing to be done" in result.stdout + result.stderr
-    for name in ("table1.md", "table_eviction.md", "table_bounds.md", "fig1.pdf", "fig2.pdf"):
+    names = ("table1.md", "table_eviction.md", "table_bounds.md", "fig1.pdf", "fig2.pdf")
+    for name in (*names, "claims.md"):
         assert (rehearsal_run / "figures" / name).stat().st_size > 0
+    # The scorecard fills the rows it can: replay, bounds, the learned scorers, Table 3.
+    scorecard = pd.read_csv(rehearsal_run / "figures/claims.csv", keep_default_na=False)
+    answered = set(scorecard.loc[scorecard["verdict"] != "not run", "key"])
+    assert {"ff_vs_lru", "ff_vs_bstar", "mean_interval_literal", "router_copies"} <= answered
     sources = json.loads((rehearsal_run / "figures/table1.sources.json").read_text())
     assert all(source["sha256"] for source in sources["inputs"])

@@ -24,6 +24,7 @@ LOSSLESS = [
     ("decayed-frequency", {}),
     ("decayed-frequency", {"decay": 0.5}),
     ("mean-interval", {}),
+    ("mean-interval-literal", {}),
     ("router-logit", {}),
     ("farthest-future", {}),
     ("farthest-future", {"foresight": 1}),
@@ -507,3 +508,20 @@ def test_farthest_future_refuses_a_different_demand(t, wrong):
     assert f"token {t}" in one_line(caught)
     policy.reset(future=future)
     assert policy.plan(0, [1, 0], uniform_probs(4, [1, 0]), frozenset()).admit == [1, 0]
+
+
+def test_mean_interval_readings_part_on_a_burst():
+    """Expert 0 comes in a burst (tokens 0 and 1, mean interval 1), expert 1 once (token 2),
+    then 2 needs room. Today's reading counts the once-seen 1 as never returning and evicts
+    it; the literal one gives it no interval (next use = its last use, token 2), ties it with
+    the burst's forecast 1 + 1 and evicts the less recent 0. So 1 returning at token 4 hits
+    only under the literal reading, and 0 returning only under today's."""
+    for back, copies in (
+        (1, {"mean-interval": 4, "mean-interval-literal": 3}),
+        (0, {"mean-interval": 3, "mean-interval-literal": 4}),
+    ):
+        stream = [[0], [0], [1], [2], [back]]
+        runs = {name: simulate(make(name, 2, 4, 1, {}), stream) for name in copies}
+        assert runs["mean-interval"].steps[3].plan.evict == [1]
+        assert runs["mean-interval-literal"].steps[3].plan.evict == [0]
+        assert {name: run.insertions for name, run in runs.items()} == copies

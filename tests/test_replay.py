@@ -304,7 +304,14 @@ def test_replay_json_schema(tmp_path):
     }
     # Every lossless rule that needs no router probabilities (a demand file has none).
     zoo = {"fifo", "clock", "lfu", "slru", "two-q", "arc", "lirs", "sieve", "s3-fifo", "w-tinylfu"}
-    expected = {"lru", "decayed-frequency", "mean-interval", "farthest-future", *zoo}
+    expected = {
+        "lru",
+        "decayed-frequency",
+        "mean-interval",
+        "mean-interval-literal",
+        "farthest-future",
+        *zoo,
+    }
     assert set(report["rules"]) == expected
     lru = report["rules"]["lru"]
     assert set(lru["totals"]) == {

@@ -615,6 +615,16 @@ def cmd_numbers(args):
         print(numbers.render(sections), end="")
 
 
+def cmd_claims(args):
+    from moecache.report import claims
+
+    rows = claims.scorecard(args.workdir, args.shards)
+    if args.out_dir:
+        claims.write(rows, args.out_dir, args.workdir)
+    else:
+        print(claims.render(rows))
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="moecache", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True)
@@ -892,6 +902,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bandwidth", nargs="+", type=Path, help="bandwidth files (default: all)")
     p.add_argument("--out", type=Path, help="write every section, marked, to this file")
     p.add_argument("--readme", type=Path, help="replace the marked blocks of this README")
+
+    p = command(
+        "claims",
+        cmd_claims,
+        "the reproduction scorecard: each of the paper's claims against a run's results",
+    )
+    p.add_argument("--workdir", type=Path, required=True, help="a run's folder (results/, ...)")
+    p.add_argument("--shards", nargs="+", help="held-out shards in the config's order")
+    p.add_argument("--out-dir", type=Path, help="write claims.{csv,md,sources.json} here")
     return top
 
 

@@ -196,6 +196,13 @@ def check_replay(config: dict) -> None:
                 f"{where}.optimum.shapes: [{experts}, {capacity}, {top_k}] needs "
                 f"k <= C <= N <= {MAX_EXPERTS}"
             )
+    arch = config["model"]["architecture"]
+    for capacity in replay.get("capacities", []):
+        if not arch["num_experts_per_tok"] <= capacity <= arch["num_experts"]:
+            raise ConfigError(
+                f"{where}.capacities: {capacity} needs top-k {arch['num_experts_per_tok']} "
+                f"<= C <= num_experts {arch['num_experts']}"
+            )
     bench = replay["benchmark"]
     if not bench["top_k"] <= bench["capacity"] <= bench["experts"]:
         raise ConfigError(f"{where}.benchmark: need top_k <= capacity <= experts")

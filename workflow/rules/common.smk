@@ -78,6 +78,31 @@ def decode_outputs():
 
 
 TRACE_SHARDS = RUNS[TRACE_RUN].get("shards", SHARDS)
+# The trace run's own C always; replay.capacities adds others (the paper's C = N/2).
+REPLAY_CAPACITIES = sorted({TRACE_CAPACITY, *config["replay"].get("capacities", [])})
+
+
+def replayed(shard, name, capacity=TRACE_CAPACITY):
+    """A replay, bound or foresight file: the trace run's C in the shard's folder (where
+    the learned stage reads it), any other C under c<C>/."""
+    where = "" if capacity == TRACE_CAPACITY else f"c{capacity}/"
+    return f"results/replay/{shard}/{where}{name}.json"
+
+
+def replay_capacity(wildcards):
+    """A replay job's C: its `capacity` wildcard (c<C>/), else the trace run's."""
+    return int(wildcards.get("capacity", TRACE_CAPACITY))
+
+
+def replayed_all(name, shards=None):
+    """`name` at every capacity of every trace shard (or of `shards`)."""
+    return [
+        replayed(shard, name, capacity)
+        for shard in shards or TRACE_SHARDS
+        for capacity in REPLAY_CAPACITIES
+    ]
+
+
 FIRST_SHARD = SHARDS[0]
 SECOND_SHARD = SHARDS[1] if len(SHARDS) > 1 else None
 
@@ -128,18 +153,19 @@ PAPER_OUTPUTS = [
     "figures/table_replication.md",
     "figures/fig1.pdf",
     "figures/fig2.pdf",
+    "figures/claims.md",
     "figures/numbers.md",
 ]
 
 
 def replay_outputs():
-    """Replay, bounds and foresight on every shard the trace run decodes; the sweep and the
-    benchmark once."""
+    """Replay, bounds and foresight on every shard the trace run decodes, at every replayed
+    capacity; the sweep and the benchmark once."""
     return [
-        *expand(
-            "results/replay/{shard}/{name}.json",
-            shard=TRACE_SHARDS,
-            name=["replay", "bound", "foresight"],
+        *(
+            path
+            for name in ("replay", "bound", "foresight")
+            for path in replayed_all(name)
         ),
         "results/replay/optimum-sweep.json",
         "results/replay/benchmark.json",

@@ -12,10 +12,12 @@ rule replay:
         "logs/replay/{shard}/replay.log",
     benchmark:
         "benchmarks/replay/{shard}/replay.tsv"
+    wildcard_constraints:
+        shard="[^/]+",
     conda:
         CONDA_ENV
     params:
-        capacity=TRACE_CAPACITY,
+        capacity=replay_capacity,
     shell:
         "moecache replay --trace {input.trace} --capacity {params.capacity} --out {output}"
         " > {log} 2>&1"
@@ -30,10 +32,12 @@ rule bound:
         "logs/replay/{shard}/bound.log",
     benchmark:
         "benchmarks/replay/{shard}/bound.tsv"
+    wildcard_constraints:
+        shard="[^/]+",
     conda:
         CONDA_ENV
     params:
-        capacity=TRACE_CAPACITY,
+        capacity=replay_capacity,
         share=config["replay"]["mixed_precision"]["share"],
         cost=config["replay"]["mixed_precision"]["cost"],
         seed=config["seed"],
@@ -52,16 +56,58 @@ rule foresight:
         "logs/replay/{shard}/foresight.log",
     benchmark:
         "benchmarks/replay/{shard}/foresight.tsv"
+    wildcard_constraints:
+        shard="[^/]+",
     conda:
         CONDA_ENV
     params:
-        capacity=TRACE_CAPACITY,
+        capacity=replay_capacity,
         foresight=" ".join(map(str, config["replay"]["foresight"])),
         heldout=config["replay"]["heldout_sequences"],
     shell:
         "moecache foresight --trace {input.trace} --capacity {params.capacity}"
         " --foresight {params.foresight} --heldout-last {params.heldout} --out {output}"
         " > {log} 2>&1"
+
+
+# The same three at every other capacity of replay.capacities (the paper's C = N/2), under
+# results/replay/<shard>/c<C>/; the trace run's own C keeps the shard's folder.
+
+
+use rule replay as replay_at_capacity with:
+    output:
+        "results/replay/{shard}/c{capacity}/replay.json",
+    log:
+        "logs/replay/{shard}/c{capacity}/replay.log",
+    benchmark:
+        "benchmarks/replay/{shard}/c{capacity}/replay.tsv"
+    wildcard_constraints:
+        shard="[^/]+",
+        capacity="[0-9]+",
+
+
+use rule bound as bound_at_capacity with:
+    output:
+        "results/replay/{shard}/c{capacity}/bound.json",
+    log:
+        "logs/replay/{shard}/c{capacity}/bound.log",
+    benchmark:
+        "benchmarks/replay/{shard}/c{capacity}/bound.tsv"
+    wildcard_constraints:
+        shard="[^/]+",
+        capacity="[0-9]+",
+
+
+use rule foresight as foresight_at_capacity with:
+    output:
+        "results/replay/{shard}/c{capacity}/foresight.json",
+    log:
+        "logs/replay/{shard}/c{capacity}/foresight.log",
+    benchmark:
+        "benchmarks/replay/{shard}/c{capacity}/foresight.tsv"
+    wildcard_constraints:
+        shard="[^/]+",
+        capacity="[0-9]+",
 
 
 rule optimum_sweep:

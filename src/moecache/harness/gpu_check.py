@@ -37,6 +37,7 @@ import torch
 from moecache import provenance
 from moecache.errors import MoecacheError, first_line
 from moecache.harness import bandwidth, decode, gates
+from moecache.model import registry
 
 NO_CUDA = "no CUDA device: make gpu-check needs one (torch.cuda.is_available() is False)"
 
@@ -228,7 +229,8 @@ def measure_device(
             with threads(harness["threads"]):
                 gate_reports[dtype], memory[dtype] = dtype_part(saved, dtype, arch, ids, harness)
     # As `moecache bandwidth`: the copies rotate over every restricted layer's experts.
-    experts = [model.model.layers[layer].mlp.experts for layer in harness["restricted_layers"]]
+    adapter = registry.of(model)
+    experts = [adapter.layer_experts(model, layer) for layer in harness["restricted_layers"]]
     smoke_bandwidth = step(
         "bandwidth",
         lambda e=experts: bandwidth.measure(e, device, multipliers, ring_mib, rounds),
@@ -281,19 +283,21 @@ class _Vocabulary:
 
 
 def smoke_model(arch: dict, vocab: int, seed: int):
-    """The embedded OLMoE at `arch`'s sizes from a seeded random init, on the CPU, float32,
-    its experts and output head scaled by SCALE."""
-    from transformers import OlmoeForCausalLM
+    """The embedded model (an OLMoE) at `arch`'s sizes from a seeded random init, on the
+    CPU, float32, its experts and output head scaled by SCALE."""
+    from transformers import AutoModelForCausalLM
 
-    from moecache.model import checkpoint
+    from moecache.model import checkpoint, registry
 
     config = checkpoint.embedded_config(arch, _Vocabulary(vocab), router_aux_loss_coef=0.01)
     torch.manual_seed(seed)
-    model = OlmoeForCausalLM(config).eval()
+    model = AutoModelForCausalLM.from_config(config).eval()
+    adapter = registry.of(model)
     with torch.no_grad():
-        for layer in model.model.layers:
-            layer.mlp.experts.gate_up_proj.mul_(SCALE["gate_up_proj"])
-            layer.mlp.experts.down_proj.mul_(SCALE["down_proj"])
+        for layer in adapter.sizes(model.config).moe_layers:
+            experts = adapter.layer_experts(model, layer)
+            experts.gate_up_proj.mul_(SCALE["gate_up_proj"])
+            experts.down_proj.mul_(SCALE["down_proj"])
         model.lm_head.weight.mul_(SCALE["lm_head"])
     return model
 
@@ -338,7 +342,8 @@ def pooled_memory(model, layers, capacity: int, device: str, ring_mib: int) -> d
     if cuda:
         report["allocated_unpooled_bytes"] = allocated()
     with decode.offloaded(model, layers, capacity, str(device), ring_mib) as off:
-        offloaded = [p for mlp in off.own.values() for p in mlp.experts.parameters()]
+        modules = [off.adapter.experts(mlp) for mlp in off.own.values()]
+        offloaded = [p for experts in modules for p in experts.parameters()]
         ids = {id(p) for p in offloaded}
         kept = [p for p in model.parameters() if id(p) not in ids]
         report.update(
@@ -380,30 +385,13 @@ def same_device(a: torch.device, b: torch.device) -> bool:
 
 
 def paper_experts(layer: dict, seed: int):
-    """transformers' OlmoeExperts at `layer`'s sizes, on the host, seeded random weights
-    (N(0, 0.02)) in `layer['dtype']`: what HostExperts and the slot kernel read."""
-    from transformers import OlmoeConfig
-    from transformers.models.olmoe.modeling_olmoe import OlmoeExperts
+    """The embedded family's experts module at `layer`'s sizes, on the host, seeded random
+    weights (N(0, 0.02)) in `layer['dtype']`: what HostExperts and the slot kernel read."""
+    from moecache.model import checkpoint, tiny
 
-    from moecache.model import checkpoint
-    from moecache.model import kernel as _  # noqa: F401  (registers the per-expert kernel)
-
-    config = OlmoeConfig(
-        hidden_size=layer["hidden_size"],
-        intermediate_size=layer["intermediate_size"],
-        num_experts=layer["num_experts"],
-        num_experts_per_tok=layer["num_experts_per_tok"],
-        experts_implementation=EXPERTS_IMPLEMENTATION,
+    return tiny.experts(
+        "olmoe", layer, checkpoint.DTYPES[layer["dtype"]], seed, EXPERTS_IMPLEMENTATION
     )
-    with torch.device("meta"):
-        experts = OlmoeExperts(config)
-    dtype = checkpoint.DTYPES[layer["dtype"]]
-    generator = torch.Generator().manual_seed(seed)
-    n, h, i = layer["num_experts"], layer["hidden_size"], layer["intermediate_size"]
-    for name, shape in (("gate_up_proj", (n, 2 * i, h)), ("down_proj", (n, h, i))):
-        weights = torch.randn(shape, dtype=dtype, generator=generator).mul_(0.02)
-        setattr(experts, name, torch.nn.Parameter(weights, requires_grad=False))
-    return experts
 
 
 def paper_layer_part(layer: dict, device: str, multipliers, ring_mib: int, rounds: int, seed):

@@ -278,7 +278,8 @@ def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
         sequences = sequences[:limit]
         base = decode.batched_nll(model, sequences, harness["device"])
     layers = []
-    for layer in range(arch["num_hidden_layers"]):
+    sparse = registry.of(model).sizes(model.config).moe_layers  # dense layers have no experts
+    for layer in sparse:
         with decode.offloaded(model, [layer], harness["capacity"], harness["device"], 1) as off:
             arm = off.arm(f"layer {layer}", make, harness["capacity"])
             totals = decode.decode(

@@ -31,7 +31,7 @@ class PooledMoeBlock(nn.Module):
         object.__setattr__(self, "own", mlp)
         self.adapter = adapter
         self.gate = adapter.router(mlp)
-        self.shared_experts = nn.ModuleList(adapter.shared_modules(mlp))
+        self.always_resident = nn.ModuleList(adapter.shared_modules(mlp))
         self.pool, self.policy = pool, policy
         self.top_k, self.num_experts = adapter.top_k(mlp), pool.num_experts
         self.reads_probs = policy.needs_probs or policy.restricts
@@ -53,6 +53,7 @@ class PooledMoeBlock(nn.Module):
         batch, length, hidden = hidden_states.shape
         x = hidden_states.reshape(-1, hidden)
         router_logits, top_weights, top_index = self.adapter.route(self.own, x)
+        dtype = router_logits.dtype  # the model's: the weights sent to the kernel take it
         decided, lap = None, None
         if self.watch is not None:  # the policy's own heads, inside the timed step
             self.watch.start()
@@ -73,7 +74,6 @@ class PooledMoeBlock(nn.Module):
             router_logits = on_host[:, n + k : 2 * n + k]  # restricted routing reads them
             decided = None if decided is None else on_host[:, 2 * n + k :].numpy()
             probs = on_host[:, :n].numpy()
-        dtype = router_logits.dtype
         if len(x) == 1:  # decoding: one token
             first = None if probs is None else probs[0]
             if decided is not None:

@@ -3,9 +3,11 @@ dense, then sparse blocks of `n_routed_experts` routed experts plus `n_shared_ex
 shared ones (`mlp.shared_experts`, always resident, never offloaded). The router at
 `mlp.gate` takes a softmax in float32, then top-k, greedily or group-limited (the best
 `topk_group` groups by their best expert), never renormalised, scaled by
-`routed_scaling_factor`. Restricted, the disallowed experts are masked before the group
-choice; where the chosen groups hold fewer than k allowed experts, the group limit is
-lifted (every allowed expert competes) rather than compute an expert that is not resident.
+`routed_scaling_factor`. Restricted, the group choice is the model's own (over every
+expert's score, as the router computes it) and the disallowed experts are masked at the
+final top-k, so a resident set that holds the requested experts gives the request back
+(Dwell-1's gate). Where the chosen groups hold fewer than k allowed experts the router's own
+zero-fill lets allowed experts of other groups in, at weight zero, as the model would.
 """
 
 from __future__ import annotations
@@ -39,12 +41,12 @@ class DeepseekV2Adapter(MoeAdapter):
 
     def restrict(self, block, logits, allowed):
         router = self.router(block)
-        scores = self.probabilities(logits).masked_fill(~allowed, NEG_INF)
+        scores = self.probabilities(logits)
         if router.topk_method == "group_limited_greedy":
             groups = scores.view(-1, router.num_group, router.num_experts // router.num_group)
             chosen = groups.max(dim=-1).values.topk(router.topk_group, dim=-1).indices
-            scores = keep_groups(scores, chosen, router.num_group, allowed, router.top_k)
-        top, index = scores.topk(router.top_k, dim=-1)
+            scores = scores.masked_fill(~in_groups(scores, chosen, router.num_group), 0.0)
+        top, index = scores.masked_fill(~allowed, NEG_INF).topk(router.top_k, dim=-1)
         return top * router.routed_scaling_factor, index
 
     def renormalises(self, block) -> bool:
@@ -57,11 +59,8 @@ class DeepseekV2Adapter(MoeAdapter):
         return [block.shared_experts]
 
 
-def keep_groups(scores, chosen, num_group: int, allowed, top_k: int) -> torch.Tensor:
-    """`scores` [T, N] with the experts outside the `chosen` groups masked, per token,
-    unless that leaves fewer than k allowed experts (then the limit is lifted)."""
-    in_group = torch.zeros(scores.shape[0], num_group, dtype=torch.bool, device=scores.device)
-    in_group.scatter_(1, chosen, True)
-    in_group = in_group.repeat_interleave(scores.shape[1] // num_group, dim=1)
-    enough = (in_group & allowed).sum(dim=-1, keepdim=True) >= top_k
-    return scores.masked_fill(~in_group & enough, NEG_INF)
+def in_groups(scores, chosen, num_group: int) -> torch.Tensor:
+    """[T, N] bool: the experts of each token's `chosen` groups."""
+    mask = torch.zeros(scores.shape[0], num_group, dtype=torch.bool, device=scores.device)
+    mask.scatter_(1, chosen, True)
+    return mask.repeat_interleave(scores.shape[1] // num_group, dim=1)

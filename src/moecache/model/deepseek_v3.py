@@ -3,15 +3,16 @@
 sigmoid(logits); the choice adds `e_score_correction_bias`; the best `topk_group` of
 `n_group` groups (by the sum of their two best) are kept; top-k; the weights are the
 unbiased scores, renormalised when `norm_topk_prob`, times `routed_scaling_factor`.
-Restricted, the disallowed experts' biased scores are masked before the group choice; where
-the chosen groups hold fewer than k allowed experts the group limit is lifted."""
+Restricted, the group choice is the model's own and the disallowed experts are masked at
+the final top-k (as DeepSeek-V2's adapter); where the chosen groups hold fewer than k allowed
+experts the group limit is lifted rather than compute an expert that is not resident."""
 
 from __future__ import annotations
 
 import torch
 
 from moecache.model.adapter import NEG_INF
-from moecache.model.deepseek_v2 import DeepseekV2Adapter, keep_groups
+from moecache.model.deepseek_v2 import DeepseekV2Adapter, in_groups
 
 
 class DeepseekV3Adapter(DeepseekV2Adapter):
@@ -28,15 +29,12 @@ class DeepseekV3Adapter(DeepseekV2Adapter):
     def restrict(self, block, logits, allowed):
         router = self.router(block)
         scores = self.probabilities(logits)
-        choice = (scores + router.e_score_correction_bias).masked_fill(~allowed, NEG_INF)
-        per_group = router.num_experts // router.num_group
-        groups = choice.view(-1, router.num_group, per_group)
-        best_two = groups.topk(min(2, per_group), dim=-1).values
-        # A group with one allowed expert is ranked by it alone (its -inf partner dropped).
-        group_scores = best_two.nan_to_num(neginf=0.0).sum(dim=-1)
-        group_scores = group_scores.masked_fill(best_two[..., 0] == NEG_INF, NEG_INF)
-        chosen = group_scores.topk(router.topk_group, dim=-1).indices
-        choice = keep_groups(choice, chosen, router.num_group, allowed, router.top_k)
+        choice = scores + router.e_score_correction_bias.to(scores.device)
+        groups = choice.view(-1, router.num_group, router.num_experts // router.num_group)
+        chosen = groups.topk(2, dim=-1).values.sum(dim=-1).topk(router.topk_group, dim=-1).indices
+        grouped = in_groups(choice, chosen, router.num_group)
+        enough = (grouped & allowed).sum(dim=-1, keepdim=True) >= router.top_k
+        choice = choice.masked_fill(~allowed | (~grouped & enough), NEG_INF)
         index = choice.topk(router.top_k, dim=-1).indices
         weights = scores.gather(1, index)
         if router.norm_topk_prob:

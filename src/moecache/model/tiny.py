@@ -171,3 +171,28 @@ def model(family: str, arch: dict, vocab_size: int, seed: int, tok=None):
             if name.endswith("e_score_correction_bias"):  # DeepSeek-V3's
                 buffer.copy_(torch.rand(buffer.shape, generator=generator) * 0.1)
     return built
+
+
+def experts(family: str, layer: dict, dtype, seed: int, implementation=None):
+    """One layer's fused experts module of `family` at `layer`'s sizes (the keys of a
+    config's `model.architecture`), on the host, seeded N(0, 0.02) weights in `dtype`,
+    allocated once (no init pass over paper-sized tensors)."""
+    from transformers import AutoModelForCausalLM
+
+    from moecache.model import kernel as _  # noqa: F401  (registers the per-expert kernel)
+    from moecache.model import registry
+
+    arch = {**layer, "num_hidden_layers": 2, "num_attention_heads": 1}
+    arch.setdefault("max_position_embeddings", 8)
+    built = config(family, arch, vocab_size=8)
+    if implementation:
+        built._experts_implementation = implementation
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(built)
+    adapter = registry.adapter_for(family)
+    module = adapter.layer_experts(model, adapter.sizes(built).moe_layers[0])
+    generator = torch.Generator().manual_seed(seed)
+    for name, p in module.named_parameters(recurse=False):
+        weights = torch.randn(p.shape, dtype=dtype, generator=generator).mul_(0.02)
+        setattr(module, name, torch.nn.Parameter(weights, requires_grad=False))
+    return module

@@ -23,6 +23,7 @@ from moecache.policies.lfu import LFU
 from moecache.policies.lirs import LIRS
 from moecache.policies.lru import LRU
 from moecache.policies.mean_interval import MeanInterval
+from moecache.policies.mean_interval_literal import MeanIntervalLiteral
 from moecache.policies.oracle_set import OracleSet
 from moecache.policies.router_logit import RouterLogit
 from moecache.policies.s3_fifo import S3FIFO
@@ -38,6 +39,7 @@ POLICIES: dict[str, type[Policy]] = {
         LRU,
         DecayedFrequency,
         MeanInterval,
+        MeanIntervalLiteral,
         RouterLogit,
         FarthestFuture,
         Learned,

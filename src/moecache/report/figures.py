@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
-from moecache.report import cost_model  # noqa: E402
+from moecache.report import cost_model, replayed  # noqa: E402
 from moecache.report.tables import read, scaled_points  # noqa: E402
 
 COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
@@ -119,71 +119,81 @@ def fig1(runs, scaled, bandwidth):
 
 
 def fig2(foresight, learned):
-    """Share of the LRU-to-oracle gap against foresight k, on the first of the `foresight`
-    results given; causal rules, and the best learned scorer of each group of the first
-    `learned` evaluation on the same shard, as reference lines."""
-    curve = read(foresight[0])
-    # Wide, with the legend beside the axes: a dozen causal reference lines must not hide
-    # the curves.
+    """Share of the LRU-to-oracle gap against foresight k: one curve per capacity (the
+    `foresight` results of one shard, one file a capacity), on the held-out sequences where
+    there are any. Beside each, in its colour, its best causal rule, and at the capacity
+    the learned scorers were evaluated at, the best scorer of each group."""
+    curves = sorted((read(path) for path in foresight), key=lambda c: c["capacity"])
+    shard = replayed.shard_of(foresight[0])
+    evaluation = read(learned[0]) if learned else {"shards": {}, "capacity": None}
+    scored = evaluation["shards"].get(shard)
     fig, ax = plt.subplots(figsize=(8.4, 4.2))
-    styles = {"heldout": ("o-", "held-out sequences"), "all": ("s--", "all sequences")}
-    for name, subset in curve["subsets"].items():
-        finite = [p for p in subset["foresight"] if p["k"] is not None]
-        if subset["streams"] == 0 or any(p["gap_recovered"] is None for p in finite):
-            continue
-        marker, label = styles[name]
-        ax.plot(
-            [p["k"] for p in finite],
-            [p["gap_recovered"] for p in finite],
-            marker,
-            color="black" if name == "heldout" else "dimgrey",
-            lw=2,
-            zorder=3,
-            label=f"foresight k, {label}",
-        )
-    reference = (
-        curve["subsets"]["heldout"]
-        if curve["subsets"]["heldout"]["streams"]
-        else (curve["subsets"]["all"])
-    )
-    shares = dict(reference["causal"])
-    if learned:
-        # The shard of the curve: its folder, results/replay/<shard>/foresight.json.
-        scored = read(learned[0])["shards"].get(Path(foresight[0]).parent.name)
+    colors = plt.get_cmap("tab10").colors
+    for color, curve in zip(colors, curves, strict=False):
         subset = "heldout" if curve["subsets"]["heldout"]["streams"] else "all"
-        # The best scorer of each group (group/kind), so the legend stays readable; the
-        # eviction table has them all.
-        best = {}
-        for name, row in (scored["replay"][subset] if scored else {}).items():
-            group = name.split("/")[0]
-            if "/" in name and not name.endswith("-permuted") and row["gap_recovered"] is not None:
-                if group not in best or row["gap_recovered"] > best[group][1]:
-                    best[group] = (name, row["gap_recovered"])
-        shares.update({f"learned {name}": share for name, share in best.values()})
-    # Best causal rule first, so the legend reads top to bottom like the lines.
-    causal = sorted(
-        ((rule, share) for rule, share in shares.items() if share is not None),
-        key=lambda item: -item[1],
-    )
-    colors = plt.get_cmap("tab20").colors
-    for i, (rule, share) in enumerate(causal):
-        ax.axhline(
-            share,
-            ls=(0, (1, 1)) if i % 2 else (0, (4, 2)),
-            lw=1.2,
-            color=colors[i % len(colors)],
-            label=f"{rule} {share:.0%} (causal)",
-        )
+        draw_curve(ax, curve, subset, color)
+        # The learned scorers were evaluated at one capacity (the harness's).
+        at = curve["capacity"] == evaluation.get("capacity")
+        extra = best_scorers(scored, subset) if at else {}
+        draw_references(ax, curve, subset, color, extra)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.set_xlabel("foresight k (tokens of future demand)")
     ax.set_ylabel("share of LRU-to-oracle gap recovered")
-    ax.set_title("How far ahead eviction needs to see", fontsize=10)
+    ax.set_title(f"How far ahead eviction needs to see (shard {shard})", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
-    return fig, [foresight[0], *learned[:1]]
+    return fig, [*foresight, *learned[:1]]
+
+
+def draw_curve(ax, curve, subset, color) -> None:
+    finite = [p for p in curve["subsets"][subset]["foresight"] if p["k"] is not None]
+    if any(p["gap_recovered"] is None for p in finite):
+        return
+    ax.plot(
+        [p["k"] for p in finite],
+        [p["gap_recovered"] for p in finite],
+        "o-",
+        color=color,
+        lw=2,
+        zorder=3,
+        label=f"C = {curve['capacity']}: foresight k ({subset} sequences)",
+    )
+
+
+def best_scorers(scored, subset) -> dict:
+    """The best learned scorer of each group (group/kind), controls aside."""
+    best = {}
+    for name, row in (scored["replay"][subset] if scored else {}).items():
+        group = name.split("/")[0]
+        if "/" in name and not name.endswith("-permuted") and row["gap_recovered"] is not None:
+            if group not in best or row["gap_recovered"] > best[group][1]:
+                best[group] = (name, row["gap_recovered"])
+    return {f"learned {name}": share for name, share in best.values()}
+
+
+def draw_references(ax, curve, subset, color, extra) -> None:
+    """The best causal rule and decayed frequency (the paper's), then `extra`, as dotted
+    lines in the curve's colour: the eviction table has every rule."""
+    causal = {r: v for r, v in curve["subsets"][subset]["causal"].items() if v is not None}
+    if not causal:
+        return
+    best = max(sorted(causal), key=causal.get)
+    lines = {best: causal[best], **extra}
+    if "decayed-frequency" in causal:
+        lines.setdefault("decayed-frequency", causal["decayed-frequency"])
+    styles = [(0, (1, 1)), (0, (4, 2)), (0, (6, 2, 1, 2)), (0, (2, 3))]
+    for i, (rule, share) in enumerate(sorted(lines.items(), key=lambda item: -item[1])):
+        ax.axhline(
+            share,
+            ls=styles[i % len(styles)],
+            lw=1.1,
+            color=color,
+            alpha=0.8,
+            label=f"C = {curve['capacity']}: {rule} {share:.0%} (causal)",
+        )
 
 
 def write(name: str, fig, sources, out_dir) -> None:

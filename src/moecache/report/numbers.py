@@ -7,12 +7,13 @@ between `<!-- numbers:NAME -->` and `<!-- /numbers:NAME -->`, and refreshes the 
 the same names in the README; `tests/test_numbers.py` checks that the committed README's
 blocks equal the committed `figures/numbers.md`.
 
-Sections: `model` (the trained model and what a copy and a token cost), `gates` (the
-exactness gates per shard), `bandwidth` (copy time per multiplier), `runs` (every run at 1x
-on the first shard), `cost_model` (Table 1's cost-model check), `replay` (trace replay,
-bounds, foresight, the sweep and the replay benchmark), `learned` (the learned eviction
-scorers' share of the gap), `router_tuning` (Table 3's copies and the gap verdicts) and
-`runtime` (seconds per stage, summed from `benchmarks/`).
+Sections: `claims` (the reproduction scorecard, the README's headline table), `model` (the
+trained model and what a copy and a token cost), `gates` (the exactness gates per shard),
+`bandwidth` (copy time per multiplier), `runs` (every run at 1x on the first shard),
+`cost_model` (Table 1's cost-model check), `replay` (trace replay per capacity, bounds,
+foresight, the sweep and the replay benchmark), `learned` (the learned eviction scorers'
+share of the gap), `router_tuning` (Table 3's copies and the gap verdicts) and `runtime`
+(seconds per stage, summed from `benchmarks/`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from pathlib import Path
 
 from moecache.atomic import write_text
 from moecache.errors import MoecacheError
+from moecache.report import replayed
 
 NAMES = (
+    "claims",
     "model",
     "gates",
     "bandwidth",
@@ -149,6 +152,14 @@ def shards_of(workdir: Path, shards: Sequence[str] | None) -> list[str]:
 # ---------------------------------------------------------------------------- sections
 
 
+def claims_section(workdir: Path) -> str:
+    """The reproduction scorecard (`moecache claims`, figures/claims.md): the README's
+    headline table."""
+    from moecache.report import claims
+
+    return claims.render(claims.read_rows(workdir / "figures/claims.csv"))
+
+
 def model_section(workdir: Path) -> str:
     """The trained model, its training, what one copy and one token cost, routing reuse."""
     profile = read(workdir / "results/profile/model.json")
@@ -158,6 +169,7 @@ def model_section(workdir: Path) -> str:
         training = read(training_file)
         parameters = count(training["parameters"])
         config_file = workdir / "results/model/config.json"
+        # The embedded model is an OLMoE: every layer sparse, its config's own key names.
         keys = ("num_hidden_layers", "num_experts", "hidden_size", "intermediate_size")
         arch = read(config_file, "a model config") if config_file.exists() else {}
         if all(isinstance(arch.get(key), int) for key in keys):
@@ -511,109 +523,38 @@ def cost_model_section(workdir: Path) -> str:
 
 
 def replay_section(workdir: Path, shards: Sequence[str]) -> str:
-    """Trace replay per shard: each rule's share of the gap and steady copies; the bounds;
-    the mixed-precision costs; foresight; the sweep; the replay benchmark."""
-    present = [s for s in shards if (workdir / f"results/replay/{s}/replay.json").exists()]
-    if not present:
+    """Trace replay per shard and capacity: each rule's share of the gap and steady copies;
+    the bounds; the mixed-precision costs; foresight; the sweep; the replay benchmark."""
+    found = replayed.found(workdir, "replay", shards)
+    if not found:
         raise MoecacheError(f"{workdir / 'results/replay'}: no replay results (run the pipeline)")
-    replays = {s: read(workdir / f"results/replay/{s}/replay.json") for s in present}
-    bounds = {s: read(workdir / f"results/replay/{s}/bound.json") for s in present}
-    first = replays[present[0]]
+    # (shard, C) -> that replay; bounds and foresight beside it in the same folder.
+    replays = {(s, c): read(path) for s, c, path in found}
+    bounds = {(s, c): read(path.with_name("bound.json")) for s, c, path in found}
+    first = next(iter(replays.values()))
+    capacities = sorted({c for _, c in replays})
     parts = [
         f"Trace of run `{first.get('run', 'n/a')}` at {first.get('multiplier', 1)}x; "
-        f"C = {first['capacity']} of {first['experts']} experts; streams: "
-        + ", ".join(f"shard {s} {replays[s]['streams']}" for s in present)
+        f"C = {' and '.join(map(str, capacities))} of {first['experts']} experts; streams: "
+        + ", ".join(
+            f"shard {s} {replays[s, c]['streams']}" for s, c in replays if c == first["capacity"]
+        )
         + "."
     ]
-    rules = list(dict.fromkeys(rule for r in replays.values() for rule in r["rules"]))
-    rows = []
-    for rule in rules:
-        cells = [rule]
-        for s in present:
-            totals = replays[s]["rules"].get(rule, {}).get("totals")
-            cells += (
-                [percent(totals["gap_recovered"]), count(totals["steady"])]
-                if totals
-                else ["n/a", "n/a"]
-            )
-        rows.append(cells)
-    header = ["rule"]
-    for s in present:
-        header += [f"shard {s}: share of the LRU-to-oracle gap", f"shard {s}: steady copies"]
-    parts.append(table(header, rows))
-
-    rows = []
-    for s in present:
-        t = bounds[s]["totals"]
-        rows.append(
-            (
-                s,
-                count(t["streams"]),
-                count(t["b_flat"]),
-                count(t["b_star"]),
-                count(t["b_greedy"]),
-                yes(t["greedy_optimal"]),
-                percent(t["gap"]),
-                percent(t["coincide_share"]),
-                f"{yes(t['integral'])} / {yes(t['certified'])}",
-                fixed(t["lp_seconds"], 2),
-            )
-        )
+    parts.append(rules_table(replays))
+    parts.append(bounds_table(bounds))
+    every = all(b["totals"]["greedy_optimal"] for b in bounds.values())
     parts.append(
-        table(
-            (
-                "shard",
-                "streams",
-                "B_flat",
-                "B* (LP)",
-                "B_greedy",
-                "greedy = B* on every stream",
-                "B_flat's gap",
-                "streams where B_flat = B_greedy",
-                "LP integral / certified",
-                "LP seconds",
-            ),
-            rows,
-        )
+        "Greedy farthest-future equals B* on every stream of every shard and capacity: "
+        f"{yes(every)}."
     )
-    every = all(bounds[s]["totals"]["greedy_optimal"] for s in present)
-    parts.append(f"Greedy farthest-future equals B* on every stream of every shard: {yes(every)}.")
-
-    mixed = {s: bounds[s].get("mixed_precision") for s in present}
+    mixed = {key: b.get("mixed_precision") for key, b in bounds.items()}
     if all(mixed.values()):
-        rows = []
-        for s in present:
-            m = mixed[s]
-            t = m["totals"]
-            rows.append(
-                (
-                    s,
-                    f"{fixed(m['share'], 2)} at cost {m['cost']:g}",
-                    f"{t['lp']:,g}",
-                    f"{t['farthest_future']:,g} (+{percent(t['farthest_future_gap'])})",
-                    f"{t['cheapest']:,g} (+{percent(t['cheapest_gap'])})",
-                    percent(t["farthest_future_optimal_share"]),
-                )
-            )
-        parts.append(
-            table(
-                (
-                    "mixed precision, shard",
-                    "cheaper experts",
-                    "LP reload cost",
-                    "farthest future",
-                    "cheapest first",
-                    "streams where farthest future is optimal",
-                ),
-                rows,
-            )
-        )
-
-    foresight = {
-        s: read(path)
-        for s in present
-        if (path := workdir / f"results/replay/{s}/foresight.json").exists()
-    }
+        parts.append(mixed_table(mixed))
+    foresight = {}
+    for s, c, path in found:
+        if (curve := path.with_name("foresight.json")).exists():
+            foresight[s, c] = read(curve)
     if foresight:
         parts.append(foresight_table(foresight))
 
@@ -632,9 +573,94 @@ def replay_section(workdir: Path, shards: Sequence[str]) -> str:
     return "\n\n".join(parts)
 
 
-def foresight_table(foresight: dict[str, dict]) -> str:
-    """Gap share per foresight k, held-out sequences and all, per shard; the best causal
-    rule of each subset last."""
+def at(key: tuple[str, int]) -> str:
+    return f"shard {key[0]}, C = {key[1]}"
+
+
+def rules_table(replays: dict) -> str:
+    rules = list(dict.fromkeys(rule for r in replays.values() for rule in r["rules"]))
+    rows = []
+    for rule in rules:
+        cells = [rule]
+        for r in replays.values():
+            totals = r["rules"].get(rule, {}).get("totals")
+            cells += (
+                [percent(totals["gap_recovered"]), count(totals["steady"])]
+                if totals
+                else ["n/a", "n/a"]
+            )
+        rows.append(cells)
+    header = ["rule"]
+    for key in replays:
+        header += [f"{at(key)}: share of the LRU-to-oracle gap", f"{at(key)}: steady copies"]
+    return table(header, rows)
+
+
+def bounds_table(bounds: dict) -> str:
+    rows = []
+    for (s, c), b in bounds.items():
+        t = b["totals"]
+        rows.append(
+            (
+                s,
+                str(c),
+                count(t["streams"]),
+                count(t["b_flat"]),
+                count(t["b_star"]),
+                count(t["b_greedy"]),
+                yes(t["greedy_optimal"]),
+                percent(t["gap"]),
+                percent(t["coincide_share"]),
+                f"{yes(t['integral'])} / {yes(t['certified'])}",
+                fixed(t["lp_seconds"], 2),
+            )
+        )
+    header = (
+        "shard",
+        "C",
+        "streams",
+        "B_flat",
+        "B* (LP)",
+        "B_greedy",
+        "greedy = B* on every stream",
+        "B_flat's gap",
+        "streams where B_flat = B_greedy",
+        "LP integral / certified",
+        "LP seconds",
+    )
+    return table(header, rows)
+
+
+def mixed_table(mixed: dict) -> str:
+    rows = []
+    for (s, c), m in mixed.items():
+        t = m["totals"]
+        rows.append(
+            (
+                s,
+                str(c),
+                f"{fixed(m['share'], 2)} at cost {m['cost']:g}",
+                f"{t['lp']:,g}",
+                f"{t['farthest_future']:,g} (+{percent(t['farthest_future_gap'])})",
+                f"{t['cheapest']:,g} (+{percent(t['cheapest_gap'])})",
+                percent(t["farthest_future_optimal_share"]),
+            )
+        )
+    header = (
+        "mixed precision, shard",
+        "C",
+        "cheaper experts",
+        "LP reload cost",
+        "farthest future",
+        "cheapest first",
+        "streams where farthest future is optimal",
+    )
+    return table(header, rows)
+
+
+def foresight_table(foresight: dict[tuple[str, int], dict]) -> str:
+    """Gap share per foresight k, held-out sequences and all, per shard and capacity; the
+    best causal rule of each subset last."""
     columns = [(s, name) for s, r in foresight.items() for name in r["subsets"]]
     ks = list(
         dict.fromkeys(
@@ -661,7 +687,7 @@ def foresight_table(foresight: dict[str, dict]) -> str:
         best.append(f"{rule} {percent(causal[rule])}")
     rows.append(best)
     header = ["foresight k"] + [
-        f"shard {s}, {name} ({foresight[s]['subsets'][name]['streams']} streams)"
+        f"{at(s)}, {name} ({foresight[s]['subsets'][name]['streams']} streams)"
         for s, name in columns
     ]
     return table(header, rows)
@@ -1019,6 +1045,7 @@ def build(
     workdir = Path(workdir)
     shards = shards_of(workdir, shards)
     builders = {
+        "claims": lambda: claims_section(workdir),
         "model": lambda: model_section(workdir),
         "gates": lambda: gates_section(workdir, shards),
         "bandwidth": lambda: bandwidth_section(workdir, bandwidth),

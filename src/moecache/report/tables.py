@@ -18,7 +18,7 @@ from moecache import provenance
 from moecache.atomic import atomic_file, write_json, write_text
 from moecache.atomic import read_json as read
 from moecache.errors import MoecacheError
-from moecache.report import cost_model
+from moecache.report import cost_model, replayed
 
 
 @dataclass
@@ -540,7 +540,9 @@ def table_eviction(replay, learned) -> Table:
             t = result["totals"]
             rows.append(
                 {
-                    "trace": Path(path).parent.name,
+                    "trace": replayed.shard_of(path),
+                    "capacity": r["capacity"],
+                    "experts": r["experts"],
                     "rule": rule,
                     "after_fill": t["after_fill"],
                     "steady": t["steady"],
@@ -565,7 +567,9 @@ def table_eviction(replay, learned) -> Table:
         "table_eviction",
         "Appendix. Eviction rules replayed on the recorded demand",
         "Each lossless rule (the paper's causal rules, the caching literature's zoo and the "
-        "oracle) replayed on the trace run's demand, per shard: steady transfers "
+        "oracle) replayed on the trace run's demand, per shard and pool capacity C (the "
+        "harness's, and each of replay.capacities, such as the paper's C = N/2): steady "
+        "transfers "
         "(after_fill, insertions beyond the first C of each stream; steady, the harness's "
         "split), steady copies per token, and the share of the gap between LRU and "
         "farthest-future (full lookahead) each rule recovers.",
@@ -605,10 +609,11 @@ def table_bounds(bound, sweep) -> Table:
     rows, mixed_rows, not_optimal = [], [], []
     for path in bound:
         report = read(path)
-        t, trace = report["totals"], Path(path).parent.name
+        t, trace = report["totals"], replayed.shard_of(path)
         rows.append(
             {
                 "trace": trace,
+                "capacity": report["capacity"],
                 "b_flat": t["b_flat"],
                 "b_star": t["b_star"],
                 "b_greedy": t["b_greedy"],
@@ -623,7 +628,9 @@ def table_bounds(bound, sweep) -> Table:
             }
         )
         not_optimal += [
-            f"{trace} {s['stream']}" for s in report["streams"] if not s["greedy_optimal"]
+            f"{trace} C={report['capacity']} {s['stream']}"
+            for s in report["streams"]
+            if not s["greedy_optimal"]
         ]
         mixed = report.get("mixed_precision")
         if mixed:
@@ -631,6 +638,7 @@ def table_bounds(bound, sweep) -> Table:
             mixed_rows.append(
                 {
                     "trace": trace,
+                    "capacity": report["capacity"],
                     "share": mixed["share"],
                     "cost": mixed["cost"],
                     "lp": m["lp"],
@@ -664,7 +672,8 @@ def table_bounds(bound, sweep) -> Table:
     return Table(
         "table_bounds",
         "Appendix. Farthest-future eviction against the fewest copies possible",
-        "Per shard: the lower bound B_flat (classical MIN on the flattened stream, the "
+        "Per shard and pool capacity C: the lower bound B_flat (classical MIN on the "
+        "flattened stream, the "
         "tightest of the within-token orders tried), the exact optimum B* (the fewest copies "
         "of any lossless schedule, prefetching allowed: a linear program whose solution is "
         "checked integral, docs/optimum.md), greedy farthest-future B_greedy, greedy's "

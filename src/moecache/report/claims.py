@@ -1,0 +1,381 @@
+"""The reproduction scorecard: one row per quantitative claim of the paper, in the paper's
+order, each answered from a run's results files at the matching setting (claim_checks.py).
+
+A row is data: the claim, where the paper makes it, the paper's value, this run's, the
+setting it was read at (capacity, multiplier, threshold), the tolerance and the verdict
+(`holds`, `differs`, `not comparable` with why, or `not run` where an input is missing),
+with the files it came from. Rendering (claims.md, the README's block) comes afterwards and
+reads only these fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from moecache.errors import MoecacheError
+from moecache.report import claim_checks as check
+from moecache.report.evidence import (
+    DIFFERS,
+    HOLDS,
+    NOT_COMPARABLE,
+    NOT_RUN,
+    Found,
+    Missing,
+    Results,
+)
+
+# ------------------------------------------------------------------------ the scorecard
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    claim: str
+    where: str
+    paper: str
+    tolerance: str
+    answer: Callable[[Results], Found]
+
+
+# In the paper's order (first mention). Tolerances are the verdicts' own thresholds.
+CLAIMS = [
+    Claim(
+        "restrict_cost",
+        "every restricting policy faster than LRU loses >= 0.067 nats",
+        "Abstract; §3.1, Fig. 1",
+        "+0.067 (Dwell-16)",
+        "least loss >= 0.067",
+        check.restrict_cost,
+    ),
+    Claim(
+        "ff_vs_lru",
+        "farthest-future copies fewer experts than LRU",
+        "Abstract; §3.2",
+        "2.1x (31,776 -> 15,087)",
+        "±10% of 2.1x",
+        check.ff_vs_lru,
+    ),
+    Claim(
+        "ff_vs_bflat",
+        "farthest-future within 3.5% of the fewest copies (bound B_flat)",
+        "Abstract; App. §6",
+        "3.4% (14,587 vs 15,087)",
+        "gap <= 4.5%",
+        check.ff_vs_bflat,
+    ),
+    Claim(
+        "ff_vs_bstar",
+        "farthest-future within 3.5% of the fewest copies (exact B*)",
+        "Abstract; App. §6",
+        "<= 3.5% (B* not computed)",
+        "gap <= 3.5%",
+        check.ff_vs_bstar,
+    ),
+    Claim(
+        "foresight_16",
+        "16 tokens of foresight recover most of the reduction",
+        "Abstract; §3.2",
+        "96%",
+        "±5 points",
+        check.foresight_16,
+    ),
+    Claim(
+        "decayed_frequency",
+        "decayed-frequency eviction, share of the LRU-oracle gap",
+        "Abstract; §3.2; App. §7",
+        "26.9%",
+        "±5 points",
+        check.gap_share("decayed-frequency", 0.269),
+    ),
+    Claim(
+        "cost_model_winner",
+        "equation (1) picks the measured winner at 10x and 50x",
+        "§1; §3.1",
+        "agrees at both",
+        "same run",
+        check.cost_model_winner,
+    ),
+    Claim(
+        "learned_scorers",
+        "learned scorer with router features, share of the gap",
+        "§3.2; App. §7",
+        "32-33% (held out)",
+        "±5 points of 32.5%",
+        check.learned_scorers,
+    ),
+    Claim(
+        "controller_t50",
+        "controller at 0.5 copies 2.7x Dwell-16's at similar loss",
+        "§3.3",
+        "2.7x (+0.076 vs +0.067)",
+        "±25% of 2.7x",
+        check.controller_t50,
+    ),
+    Claim(
+        "controller_high",
+        "thresholds 0.8-0.9 lower traffic only with large losses",
+        "§3.3",
+        "+0.238, +0.350 (simple <= +0.110)",
+        "lower traffic => loss above all simple",
+        check.controller_high,
+    ),
+    Claim(
+        "router_copies",
+        "router fine-tuned for cache hits copies as many as before",
+        "§3.3; App. §9",
+        "+0.4% (32,050 vs 31,915)",
+        "±2%",
+        check.router_copies,
+    ),
+    Claim(
+        "dwell_window",
+        "Dwell's longer window lowers loss (and copies)",
+        "Table 1; App. §5, §10",
+        "+0.067 vs +0.085; +0.073 vs +0.150",
+        "lower loss",
+        check.dwell_window,
+    ),
+    Claim(
+        "dp_greedy",
+        "greedy farthest-future optimal on every exact-DP instance",
+        "App. §6",
+        "0 of 4.2e4 not optimal",
+        "none not optimal",
+        check.dp_greedy,
+    ),
+    Claim(
+        "mean_interval",
+        "mean-interval eviction, share of the gap (today's reading: "
+        "a once-seen expert evicted first)",
+        "App. §7",
+        "-17.5% (worse than LRU)",
+        "±5 points",
+        check.mean_interval,
+    ),
+    Claim(
+        "mean_interval_literal",
+        "mean-interval eviction, share of the gap (literal reading: a once-seen expert kept)",
+        "App. §7",
+        "-17.5% (worse than LRU)",
+        "±5 points",
+        check.gap_share("mean-interval-literal", -0.175),
+    ),
+    Claim(
+        "router_logit",
+        "router-logit eviction copies more than LRU",
+        "App. §7",
+        "+46% (closed loop)",
+        "±10 points",
+        check.router_logit,
+    ),
+    Claim(
+        "shuffled_control",
+        "scorer on shuffled labels does worse than LRU",
+        "App. §7",
+        "-34% (router), -136% (past use)",
+        "below 0",
+        check.shuffled_control,
+    ),
+    Claim(
+        "foresight_curve",
+        "foresight curve, share of the gap at k = 1-32 tokens",
+        "App. §7, Fig. 2",
+        "17/31/51/76/96/99.7%",
+        "±10 points at every k",
+        check.foresight_curve,
+    ),
+    Claim(
+        "table2_order",
+        "fixed-set accuracy ordering: free >= oracle > recent > learned",
+        "App. §8, Table 2",
+        "0.484 >= 0.481 > 0.430 > 0.413",
+        "same order",
+        check.table2_order,
+    ),
+    Claim(
+        "lfu_removes",
+        "decayed frequency removes 12-15% of every router's copies",
+        "App. §9, Table 3",
+        "12-15%",
+        "each within 9-18%",
+        check.lfu_removes,
+    ),
+]
+
+# Where a claim differs and no experiment here tests why, the likely cause, stated as such.
+SCALE = "model scale: a tiny model trained here, not OLMoE-1B-7B"
+BECAUSE = {
+    "restrict_cost": SCALE,
+    "ff_vs_lru": f"{SCALE}; the trace's length (4 layers x 16 sequences here)",
+    "ff_vs_bflat": "B_flat's slack grows with k / C; the exact B* shows greedy's own gap",
+    "foresight_16": SCALE,
+    "decayed_frequency": SCALE,
+    "cost_model_winner": "copies are a small share of a CPU step, so runs lie close",
+    "learned_scorers": f"{SCALE}; fewer training sequences and steps (learned.*)",
+    "controller_t50": f"{SCALE}; the heads train for controller.steps steps only",
+    "controller_high": f"{SCALE}; the heads train for controller.steps steps only",
+    "router_copies": f"{SCALE}; GRPO for router_tuning.steps steps only",
+    "dwell_window": SCALE,
+    "mean_interval_literal": SCALE,
+    "router_logit": f"{SCALE}; replayed here, closed loop in the paper",
+    "shuffled_control": SCALE,
+    "foresight_curve": SCALE,
+    "table2_order": "few questions (accuracy.tasks): the intervals overlap",
+    "lfu_removes": SCALE,
+}
+
+COLUMNS = [
+    "key",
+    "claim",
+    "where",
+    "paper",
+    "this_run",
+    "setting",
+    "other_capacities",
+    "tolerance",
+    "verdict",
+    "why",
+    "sources",
+]
+
+
+def row(claim: Claim, results: Results) -> dict:
+    try:
+        found = claim.answer(results)
+    except Missing as missing:
+        found = Found("not run", NOT_RUN, why=str(missing))
+    except (KeyError, IndexError, TypeError) as error:
+        raise MoecacheError(
+            f"claim {claim.key}: a results file lacks or mistypes {error} (written by an "
+            "older moecache? rerun its rule)"
+        ) from None
+    why = found.why
+    if found.verdict == DIFFERS and claim.key in BECAUSE:
+        why = "; ".join(filter(None, [why, f"stated, not tested: {BECAUSE[claim.key]}"]))
+    return {
+        "key": claim.key,
+        "claim": claim.claim,
+        "where": claim.where,
+        "paper": claim.paper,
+        "this_run": found.value,
+        "setting": found.setting,
+        "other_capacities": "; ".join(found.elsewhere),
+        "tolerance": claim.tolerance,
+        "verdict": found.verdict,
+        "why": why,
+        "sources": " ".join(found.sources),
+    }
+
+
+def scorecard(workdir, shards=None) -> list[dict]:
+    """Every claim's row, from whatever results exist under `workdir`."""
+    if not Path(workdir, "results").is_dir():
+        raise MoecacheError(f"{workdir}: no results/ folder (run the pipeline there first)")
+    results = Results(workdir, shards)
+    return [row(claim, results) for claim in CLAIMS]
+
+
+# ------------------------------------------------------------------------ rendering
+
+HEADER = [
+    "claim",
+    "where",
+    "paper",
+    "this run",
+    "setting",
+    "at other capacities",
+    "tolerance",
+    "verdict",
+    "from",
+]
+
+
+def shown_sources(sources: str) -> str:
+    """A row's files, folded to their folder when there are more than two."""
+    files = sources.split()
+    if len(files) <= 2:
+        return ", ".join(f"`{f}`" for f in files)
+    folders = sorted({str(Path(f).parent) for f in files})
+    return ", ".join(f"`{d}/`" for d in folders) + f" ({len(files)} files)"
+
+
+def markdown_table(rows: list[dict]) -> str:
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(HEADER) + " |", "| " + " | ".join("---" for _ in HEADER) + " |"]
+    for r in rows:
+        # Why a claim could not be judged follows a colon; a note on a judged one, brackets.
+        note = r["why"] and (
+            f": {r['why']}" if r["verdict"] in (NOT_COMPARABLE, NOT_RUN) else f" ({r['why']})"
+        )
+        said = r["verdict"] + note
+        cells = [
+            r["claim"],
+            r["where"],
+            r["paper"],
+            r["this_run"],
+            r["setting"],
+            r["other_capacities"],
+            r["tolerance"],
+            f"**{said}**" if r["verdict"] == HOLDS else said,
+            shown_sources(r["sources"]),
+        ]
+        lines.append("| " + " | ".join(map(cell, cells)) + " |")
+    return "\n".join(lines)
+
+
+def tally(rows: list[dict]) -> str:
+    counts = {
+        v: sum(r["verdict"] == v for r in rows) for v in (HOLDS, DIFFERS, NOT_COMPARABLE, NOT_RUN)
+    }
+    return f"{len(rows)} claims: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + "."
+
+
+def render(rows: list[dict]) -> str:
+    """The scorecard as the README's block and claims.md show it."""
+    return f"{markdown_table(rows)}\n\n{tally(rows)}"
+
+
+CAPTION = (
+    "One row per quantitative claim of the paper, in the paper's order: where the paper "
+    "makes it, its value, this run's value at the matching setting (replay claims at the "
+    "paper's ratio C = N/2 where `replay.capacities` has it), the tolerance the verdict "
+    "uses and the verdict. `not comparable` says why (a tiny model's NLL scale, a capacity "
+    "or multiplier this run lacks); `not run`: this run has no results for it. Every value "
+    "is read from the files named in the last column (`claims.csv` lists each file)."
+)
+
+
+def read_rows(path) -> list[dict]:
+    """The rows of a claims.csv (the README's block renders them as claims.md does)."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise MoecacheError(f"{path}: missing (run `moecache claims` first)") from None
+    lacking = [c for c in COLUMNS if c not in frame.columns]
+    if lacking:
+        raise MoecacheError(f"{path}: not a scorecard (no column {lacking[0]})")
+    return frame.to_dict("records")
+
+
+def write(rows: list[dict], out_dir, workdir=".") -> None:
+    """claims.csv, claims.md and claims.sources.json under `out_dir`, each written whole."""
+    import pandas as pd
+
+    from moecache import provenance
+    from moecache.atomic import atomic_file, write_json, write_text
+
+    out_dir = Path(out_dir)
+    with atomic_file(out_dir / "claims.csv") as tmp:
+        pd.DataFrame(rows, columns=COLUMNS).to_csv(tmp, index=False)
+    text = f"### Reproduction scorecard\n\n{CAPTION}\n\n{render(rows)}\n"
+    write_text(out_dir / "claims.md", text)
+    used = sorted({f for r in rows for f in r["sources"].split()})
+    write_json(
+        out_dir / "claims.sources.json", provenance.sources([Path(workdir) / f for f in used])
+    )

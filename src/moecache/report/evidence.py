@@ -1,0 +1,151 @@
+"""What the scorecard's claims read of a run's results files, and how a claim's answer
+is written down (`Found`); an input the run did not produce is `Missing`, a `not run` row.
+Replay claims are read at the paper's ratio C = N/2 where the run replayed it
+(`replay.capacities`), on the first shard replayed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moecache.atomic import read_json
+from moecache.report import replayed
+
+PAPER_RATIO = 0.5  # C / N in the paper: 32 of 64 experts resident
+PAPER_MODEL = "OLMoE-1B-7B"  # NLL and accuracy sizes compare only on the paper's model
+HOLDS, DIFFERS, NOT_COMPARABLE, NOT_RUN = "holds", "differs", "not comparable", "not run"
+
+
+class Missing(Exception):
+    """An input of a claim that this run did not produce."""
+
+
+@dataclass
+class Found:
+    value: str  # this run's value, as the row shows it
+    verdict: str
+    setting: str = ""
+    why: str = ""
+    sources: list[str] = field(default_factory=list)
+    elsewhere: list[str] = field(default_factory=list)  # the same at other capacities
+
+
+def near(x: float, target: float, tolerance: float) -> bool:
+    """Within the tolerance; a hair of float rounding at its edge counts as within."""
+    return abs(x - target) <= tolerance + 1e-9
+
+
+def verdict(ok: bool) -> str:
+    return HOLDS if ok else DIFFERS
+
+
+def pct(x: float, digits: int = 1) -> str:
+    return f"{100 * x:.{digits}f}%"
+
+
+class Results:
+    """The results files of one run folder, read on demand; a missing one is Missing."""
+
+    def __init__(self, workdir, shards=None):
+        self.workdir = Path(workdir)
+        found = sorted(p.name for p in (self.workdir / "results/runs").glob("*") if p.is_dir())
+        self.shards = list(shards) if shards else found
+
+    def path(self, relative: str) -> str:
+        return str(self.workdir / relative)
+
+    def read(self, relative: str, what: str) -> tuple[dict, str]:
+        path = self.workdir / relative
+        if not path.exists():
+            raise Missing(f"no {what} ({relative})")
+        return read_json(path), relative
+
+    def glob(self, pattern: str, what: str) -> list[str]:
+        found = sorted(p.relative_to(self.workdir).as_posix() for p in self.workdir.glob(pattern))
+        if not found:
+            raise Missing(f"no {what} ({pattern})")
+        return found
+
+    def replay(self, name: str) -> tuple[dict, str, bool]:
+        """`name` (replay, bound, foresight) on the first replayed shard at C = N/2, else
+        at the trace run's C; the flag says whether the capacity is the paper's ratio."""
+        for shard in self.shards:
+            found = replayed.found(self.workdir, "replay", [shard])
+            if not found:
+                continue
+            experts = read_json(found[0][2])["experts"]
+            paper = [row for row in found if row[1] == PAPER_RATIO * experts]
+            _, capacity, path = (paper or found)[0]
+            wanted = path.with_name(f"{name}.json")
+            if not wanted.exists():
+                raise Missing(f"no {name} at C = {capacity} ({wanted.name})")
+            relative = wanted.relative_to(self.workdir).as_posix()
+            return read_json(wanted), relative, bool(paper)
+        raise Missing("no replay results")
+
+    def others(self, name: str, path: str) -> list[tuple[int, dict, str]]:
+        """(C, report, file) of `name` at every other capacity replayed beside `path`."""
+        shard = replayed.shard_of(path)
+        return [
+            (capacity, read_json(found), found.relative_to(self.workdir).as_posix())
+            for _, capacity, found in replayed.found(self.workdir, name, [shard])
+            if found.relative_to(self.workdir).as_posix() != path
+        ]
+
+
+def at_capacity(report: dict, paper_ratio: bool, path: str) -> tuple[str, str]:
+    """The setting a replay claim was read at, and why it is not comparable (or '')."""
+    n = report.get("experts")
+    setting = f"C = {report['capacity']}" + (f" of {n}" if n else "")
+    setting += f", shard {replayed.shard_of(path)}"
+    why = "" if paper_ratio else "no replay at the paper's C = N/2 (replay.capacities)"
+    return setting, why
+
+
+def judged(ok: bool, why: str) -> str:
+    return NOT_COMPARABLE if why else verdict(ok)
+
+
+@dataclass
+class Run:
+    run: str
+    policy: str
+    params: dict
+    restricts: bool
+    tokens_per_second: float
+    delta_nll: float
+    rho: float
+
+
+def runs_1x(r: Results) -> tuple[list[Run], list[str]]:
+    """Every run at 1x on the first shard: what the claims read of it."""
+    from moecache.policies import POLICIES
+
+    paths = r.glob(f"results/runs/{r.shards[0] if r.shards else '*'}/*-x1.json", "runs at 1x")
+    runs = []
+    for path in paths:
+        report = read_json(r.path(path))
+        t = report["totals"]
+        restricts = POLICIES[report["policy"]].restricts
+        runs.append(
+            Run(
+                report["run"],
+                report["policy"],
+                report.get("params", {}),
+                restricts,
+                t["tokens_per_second"],
+                t["delta_nll"],
+                t["rho"],
+            )
+        )
+    return runs, paths
+
+
+def model_why(r: Results, paths: list[str]) -> str:
+    """Why NLL sizes do not compare: the model is not the paper's (or '')."""
+    for path in paths:
+        run = read_json(r.path(path))
+        source = run["settings"]["model"]["source"]
+        if PAPER_MODEL not in source:
+            return f"model {source}, base NLL {run['base_nll']:.2f}: NLL sizes are not the paper's"
+    return ""
