@@ -91,6 +91,7 @@ def test_paper_config_matches_its_published_checkpoint(name):
     capacity = config["harness"]["capacity"]
     assert capacity == sizes.num_experts // 2 >= sizes.num_experts_per_tok
     assert config["harness"]["runs"]["all"]["capacity"] == sizes.num_experts
+    assert config["replay"]["capacities"] == [capacity]  # the scorecard at the paper's ratio
     for stage in ("router_tuning", "controller", "accuracy"):
         assert (stage in config) == (stage not in left_out), stage
     if "router_tuning" in config:
