@@ -1,13 +1,15 @@
-"""A stand-in for the hub on a machine with no network: a tiny OLMoE checkpoint saved as the
-published ones are, and a local text file, for config/rehearsal.yaml.
+"""A stand-in for the hub on a machine with no network: a tiny checkpoint of the config's
+`model.family` saved as the published ones are, and a local text file, for
+config/rehearsal.yaml (OLMoE) and config/rehearsal-qwen3.yaml (Qwen3-MoE).
 
-The checkpoint has what `allenai/OLMoE-1B-7B-0125` has: transformers' `config.json` with
-model_type olmoe, safetensors weights with one tensor per expert and projection
-(`model.layers.L.mlp.experts.E.gate_proj.weight`, ...), and a tokenizer of its own with no
+The checkpoint has what `allenai/OLMoE-1B-7B-0125` or `Qwen/Qwen3-30B-A3B` has:
+transformers' `config.json` with the family's model_type, safetensors weights in the hub's
+layout of that family (OLMoE, Qwen and DeepSeek: one tensor per expert and projection,
+`model.layers.L.mlp.experts.E.gate_proj.weight`, ...), and a tokenizer of its own with no
 BOS token (documents start at the end-of-text token, as OLMoE's do). The text file is JSON
 lines with a `text` field, read through `datasets`' `json` builder like a hub dataset.
 
-    python tests/rehearsal/build.py rehearsal    # in the folder Snakemake runs in
+    python tests/rehearsal/build.py rehearsal [CONFIG]   # in the folder Snakemake runs in
 """
 
 from __future__ import annotations
@@ -22,6 +24,20 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config" / "rehearsal.yaml"
 EOS, PAD = "<|endoftext|>", "<|padding|>"
+
+# One routed expert's first weight in a MoE layer, as the family's hub checkpoints store it
+# (transformers fuses the experts on load and splits them again on save). GPT-OSS's hub
+# checkpoints keep them fused.
+PER_EXPERT = "model.layers.{layer}.mlp.experts.{expert}.gate_proj.weight"
+HUB_LAYOUT = {
+    "olmoe": PER_EXPERT,
+    "qwen2_moe": PER_EXPERT,
+    "qwen3_moe": PER_EXPERT,
+    "deepseek_v2": PER_EXPERT,
+    "deepseek_v3": PER_EXPERT,
+    "mixtral": "model.layers.{layer}.block_sparse_moe.experts.{expert}.w1.weight",
+    "gpt_oss": "model.layers.{layer}.mlp.experts.gate_up_proj",
+}
 
 
 def documents(count: int, min_chars: int) -> list[str]:
@@ -49,15 +65,40 @@ def tokenizer(texts: list[str], vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD)
 
 
-def checkpoint(arch: dict, tok, seed: int):
-    """A randomly initialised OLMoE at the config's sizes, with OLMoE's load-balancing
-    weight; the tokenizer has no BOS token, so neither has the model."""
+def checkpoint(arch: dict, tok, seed: int, family: str = "olmoe"):
+    """A randomly initialised model of `family` at the config's sizes; the tokenizer has no
+    BOS token, so neither has the model. OLMoE's is the embedded model's architecture with
+    OLMoE's load-balancing weight (config/rehearsal.yaml's numbers rest on it); any other
+    family's is moecache.model.tiny's."""
+    if family != "olmoe":
+        from moecache.model import tiny
+
+        return tiny.model(family, arch, len(tok), seed, tok)
     from transformers import OlmoeForCausalLM
 
     from moecache.model.checkpoint import embedded_config
 
     torch.manual_seed(seed)
     return OlmoeForCausalLM(embedded_config(arch, tok, router_aux_loss_coef=0.01)).eval()
+
+
+def check_layout(model, names: set[str]) -> None:
+    """The saved weights are in the hub's layout of the model's family: every routed
+    expert of every MoE layer stored where the family's hub checkpoints store it, and no
+    experts in a dense layer."""
+    from moecache.model import registry
+
+    family = model.config.model_type
+    sizes = registry.adapter_for(family).sizes(model.config)
+    layout = HUB_LAYOUT[family]
+    for layer in range(sizes.num_hidden_layers):
+        wanted = {layout.format(layer=layer, expert=e) for e in range(sizes.num_experts)}
+        if layer in sizes.moe_layers:
+            assert wanted <= names, sorted(wanted - names)[:4]
+        else:
+            assert not any(f"layers.{layer}.mlp.experts" in name for name in names), layer
+    if "{expert}" in layout:
+        assert not any(name.endswith("experts.gate_up_proj") for name in names)
 
 
 def build(out: str | Path, config_path: Path = CONFIG) -> Path:
@@ -75,18 +116,21 @@ def build(out: str | Path, config_path: Path = CONFIG) -> Path:
     data_file.parent.mkdir(parents=True, exist_ok=True)
     data_file.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     tok = tokenizer(texts, vocab_size=512)
-    model = checkpoint(config["model"]["architecture"], tok, config["seed"])
+    family = config["model"].get("family", "olmoe")
+    model = checkpoint(config["model"]["architecture"], tok, config["seed"], family)
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     with safe_open(model_dir / "model.safetensors", "pt") as weights:
         names = set(weights.keys())
-    # The hub's layout, which transformers converts to fused experts on load.
-    assert "model.layers.0.mlp.experts.0.gate_proj.weight" in names, sorted(names)[:8]
-    assert not any(name.endswith("experts.gate_up_proj") for name in names)
+    check_layout(model, names)
     return model_dir
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python tests/rehearsal/build.py FOLDER")
-    print(f"rehearsal checkpoint: {build(sys.argv[1])}")
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: python tests/rehearsal/build.py FOLDER [CONFIG]")
+    config_path = Path(sys.argv[2]) if len(sys.argv) == 3 else CONFIG
+    if not config_path.is_file():
+        print(f"build.py: error: config file {config_path}: not found", file=sys.stderr)
+        sys.exit(2)
+    print(f"rehearsal checkpoint: {build(sys.argv[1], config_path)}")

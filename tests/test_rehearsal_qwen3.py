@@ -1,0 +1,98 @@
+"""The paper's pretrained path on another family: config/rehearsal-qwen3.yaml runs the whole
+`all` target on a tiny Qwen3-MoE checkpoint in the hub's layout (layer 0 dense, as
+`mlp_only_layers: [0]` makes it) and a local text file, on a CPU with no network."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from conftest import REPO, load_yaml, snakemake
+
+sys.path.insert(0, str(REPO / "tests" / "rehearsal"))
+import build as rehearsal  # noqa: E402
+
+REHEARSAL = REPO / "config" / "rehearsal-qwen3.yaml"
+MOE_LAYERS = [1, 2, 3]  # of the tiny model's 4: layer 0 is dense
+
+
+@pytest.fixture(scope="module")
+def qwen3_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("rehearsal-qwen3")
+    rehearsal.build(workdir / "rehearsal", REHEARSAL)
+    snakemake(workdir, "all", "--cores", "1", "--resources", "gpu=1", configfile=REHEARSAL)
+    return workdir
+
+
+def test_the_checkpoint_is_a_qwen3_moe_in_the_hubs_layout(qwen3_run):
+    from safetensors import safe_open
+
+    config = load_yaml(REHEARSAL)
+    source = qwen3_run / config["model"]["source"]
+    saved = json.loads((source / "config.json").read_text())
+    assert saved["model_type"] == "qwen3_moe" and saved["mlp_only_layers"] == [0]
+    with safe_open(source / "model.safetensors", "pt") as weights:
+        names = set(weights.keys())
+    e = config["model"]["architecture"]["num_experts"]
+    for layer in config["harness"]["restricted_layers"]:
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            assert f"model.layers.{layer}.mlp.experts.{e - 1}.{proj}.weight" in names
+    # Layer 0 is a dense MLP, with no experts.
+    assert "model.layers.0.mlp.gate_proj.weight" in names
+    assert not any(name.startswith("model.layers.0.mlp.experts.") for name in names)
+
+
+def test_the_run_went_through_the_qwen3_adapter(qwen3_run):
+    # Every harness job loads the checkpoint refusing any other model_type than the
+    # config's family; the decode job's plan line reads the family from the checkpoint.
+    log = (qwen3_run / "logs/decode/a.log").read_text().splitlines()
+    plan = [line for line in log if line.startswith("plan: ")]
+    assert plan and plan[0].startswith("plan: rehearsal/Qwen3-MoE-tiny (qwen3_moe, float32)")
+    run = json.loads((qwen3_run / "results/runs/a/lru-x10.json").read_text())
+    assert run["settings"]["model"]["family"] == "qwen3_moe"
+    assert run["totals"]["steady_copies"] > 0 and run["multiplier"] == 10
+    # Per-layer results cover the MoE layers only.
+    profile = json.loads((qwen3_run / "results/profile/model.json").read_text())
+    assert len(profile["reuse_per_layer"]) == len(MOE_LAYERS)
+    probe = json.loads((qwen3_run / "results/probe/a.json").read_text())
+    assert [row["layer"] for row in probe["layers"]] == MOE_LAYERS
+    for shard in load_yaml(REHEARSAL)["corpus"]["heldout"]["shards"]:
+        gates = json.loads((qwen3_run / f"results/gates/{shard}.json").read_text())
+        assert gates["failures"] == []
+
+
+def test_every_stage_ran_on_the_checkpoint(qwen3_run):
+    config = load_yaml(REHEARSAL)
+    assert not (qwen3_run / "results/model").exists()
+    evaluation = json.loads((qwen3_run / "results/learned/evaluation.json").read_text())
+    assert evaluation["shards"]["a"]["closed_loop"]["router/linear"]["matches_replay"] is True
+    # Router tuning: LoRA on Qwen3-MoE's router, experts and attention, merged back into a
+    # Qwen3-MoE checkpoint and measured.
+    for variant in ("sft", "hit", "tag", "harness"):
+        merged = qwen3_run / f"results/router_tuning/{variant}/model"
+        assert json.loads((merged / "config.json").read_text())["model_type"] == "qwen3_moe"
+        measured = qwen3_run / f"results/router_tuning/measured/{variant}.json"
+        assert json.loads(measured.read_text())["source"].endswith(f"{variant}/model")
+    controller = json.loads((qwen3_run / "results/runs/a/controller-t50-x1.json").read_text())
+    assert controller["policy"] == "controller" and controller["totals"]["timed_tokens"] > 0
+    for task in config["accuracy"]["tasks"]:
+        summary = json.loads((qwen3_run / f"results/accuracy/{task}/summary.json").read_text())
+        assert summary["rows"][0]["row"] == "free" and len(summary["rows"]) == 5
+
+
+def test_every_table_and_figure_is_built(qwen3_run):
+    result = snakemake(qwen3_run, "all", "-n", configfile=REHEARSAL)
+    assert "Nothing to be done" in result.stdout + result.stderr
+    for name in (
+        "table1.md",
+        "table2.md",
+        "table3.md",
+        "table_eviction.md",
+        "table_bounds.md",
+        "table_controller.md",
+        "fig1.pdf",
+        "fig2.pdf",
+        "claims.md",
+    ):
+        assert (qwen3_run / "figures" / name).stat().st_size > 0, name
