@@ -71,8 +71,12 @@ def test_measure_device_on_the_cpu(tmp_path):
         paper_multipliers=(1,),
         paper_ring_mib=1,
         log=lines.append,
+        families=("qwen3_moe",),
     )
     assert report["errors"] == {}, report["errors"]
+    # Another family's tiny model through the same gates, exact in float32.
+    assert set(report["families"]["qwen3_moe"]) == {"float32", "bfloat16"}
+    assert not [f for f in report["families"]["qwen3_moe"]["float32"]["failures"] if "NLL" in f]
     assert {"device_name", "bandwidth", "paper_layer", "gates", "memory"} <= set(report)
     assert set(report["gates"]) == set(report["memory"]) == {"float32", "bfloat16"}
     # Exact in float32 (the throughput gate's 0.95 is a GPU's, not a loaded CPU's).

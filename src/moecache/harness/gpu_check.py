@@ -59,6 +59,10 @@ EXPERTS_IMPLEMENTATION = "per-expert"
 SCALE = {"gate_up_proj": 20.0, "down_proj": 50.0, "lm_head": 20.0}
 SEQUENCES, TOKENS = 8, 128  # enough tokens that the pooled/own ratio is told from 0.95
 DTYPES = ("float32", "bfloat16")
+# The other families with an adapter, each a tiny model through the gates (the smoke model
+# is the OLMoE), on the first FAMILY_SEQUENCES sequences.
+FAMILIES = tuple(sorted(set(registry.ADAPTERS) - {"olmoe"}))
+FAMILY_SEQUENCES = 2
 HARNESS = {
     "restricted_layers": [1, 2],
     "capacity": 8,
@@ -148,6 +152,7 @@ def measure_device(
     paper_ring_mib: int = PAPER_RING_MIB,
     seed: int = SEED,
     log=say,
+    families=FAMILIES,
 ) -> tuple[dict, dict]:
     """Every part on `device`; returns the report and the settings that describe it."""
     arch = dict(arch or SMOKE_ARCH)
@@ -164,6 +169,7 @@ def measure_device(
             "scale": SCALE,
             "experts_implementation": EXPERTS_IMPLEMENTATION,
             "dtypes": list(dtypes),
+            "families": list(families),
         },
         "sequences": {"count": sequences, "tokens": tokens, "source": "uniform random ids"},
         "harness": harness,
@@ -191,21 +197,23 @@ def measure_device(
         result = step(name, work)
         return {"error": errors[name]["error"]} if result is None else result
 
-    def dtype_part(saved, dtype, arch, ids, harness):
+    def dtype_part(saved, dtype, arch, ids, harness, label=None):
         """The saved model loaded in `dtype` onto the device as the pipeline loads it: what
-        the device holds while pooled, then the gates (recorded, not checked)."""
+        the device holds while pooled, then the gates (recorded, not checked). `label`:
+        the parts' names (default: the dtype)."""
+        label = label or dtype
         from moecache.model import checkpoint
 
         device = harness["device"]
         model = step(
-            f"load {dtype}",
+            f"load {label}",
             lambda: checkpoint.load(saved, dtype, device, arch, EXPERTS_IMPLEMENTATION),
         )
         if model is None:
-            failed = {"error": errors[f"load {dtype}"]["error"]}
+            failed = {"error": errors[f"load {label}"]["error"]}
             return failed, failed
         held = recorded(
-            f"memory {dtype}",
+            f"memory {label}",
             lambda: pooled_memory(
                 model,
                 harness["restricted_layers"],
@@ -214,12 +222,12 @@ def measure_device(
                 harness["link_ring_mib"],
             ),
         )
-        report = recorded(f"gates {dtype}", lambda: gates_report(model, ids, harness, seed))
+        report = recorded(f"gates {label}", lambda: gates_report(model, ids, harness, seed))
         if "error" not in report and "error" not in held:
-            log(gate_line(dtype, report, held))
+            log(gate_line(label, report, held))
         return report, held
 
-    gate_reports, memory = {}, {}
+    gate_reports, memory, family_gates = {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="moecache-gpu-check-") as folder:
         saved = Path(folder) / "model"
         model = smoke_model(arch, vocab, seed)
@@ -228,6 +236,16 @@ def measure_device(
         for dtype in dtypes:
             with threads(harness["threads"]):
                 gate_reports[dtype], memory[dtype] = dtype_part(saved, dtype, arch, ids, harness)
+        # Every other family's tiny model through the same gates, on fewer sequences.
+        for family in families:
+            saved = Path(folder) / family
+            step(f"build {family}", lambda f=family, s=saved: family_model(f, arch, vocab, seed, s))
+            for dtype in dtypes:
+                with threads(harness["threads"]):
+                    gates_of, _ = dtype_part(
+                        saved, dtype, arch, ids[:FAMILY_SEQUENCES], harness, f"{family} {dtype}"
+                    )
+                family_gates.setdefault(family, {})[dtype] = gates_of
     # As `moecache bandwidth`: the copies rotate over every restricted layer's experts.
     adapter = registry.of(model)
     experts = [adapter.layer_experts(model, layer) for layer in harness["restricted_layers"]]
@@ -247,6 +265,7 @@ def measure_device(
     report = assemble(
         device, gate_reports, memory, smoke_bandwidth, paper_bandwidth, errors, started
     )
+    report["families"] = family_gates
     return report, settings
 
 
@@ -300,6 +319,18 @@ def smoke_model(arch: dict, vocab: int, seed: int):
             experts.down_proj.mul_(SCALE["down_proj"])
         model.lm_head.weight.mul_(SCALE["lm_head"])
     return model
+
+
+def family_model(family: str, arch: dict, vocab: int, seed: int, folder: Path) -> Path:
+    """`family`'s tiny model at the smoke sizes (its experts drawn large enough to matter,
+    tiny.model), its output head sharpened as the smoke model's, saved."""
+    from moecache.model import tiny
+
+    model = tiny.model(family, arch, vocab, seed)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(SCALE["lm_head"])
+    model.save_pretrained(folder)
+    return folder
 
 
 def smoke_sequences(vocab: int, count: int, tokens: int, seed: int) -> list[list[int]]:
