@@ -168,9 +168,11 @@ def cmd_gpu_check(args):
 
 def read_demand(args):
     from moecache.harness import trace
-    from moecache.replay import demand
+    from moecache.replay import demand, tracefile
 
     if args.trace:
+        if tracefile.header(args.trace) is not None:  # the versioned trace anyone can write
+            return tracefile.read_demand(args.trace), args.trace
         return trace.read_demand(args.trace, args.experts), args.trace
     if args.experts is None:
         raise MoecacheError("--demand: give --experts N, the layer's expert count")
@@ -310,6 +312,23 @@ def cmd_benchmark_replay(args):
             f"{rule}: replay {r['replay']['requests_per_second'] / 1e6:.2f} M req/s, {versus}"
         )
     emit(args, report, lines, sources, provenance.stamp(settings, "cpu"))
+
+
+def cmd_trace_convert(args):
+    from moecache.replay import convert
+
+    done = convert.convert(args.source, args.out, args.experts, args.group_rows)
+    print(
+        f"{args.out}: {done['rows']:,} rows, {done['sequences']:,} sequences, "
+        f"top-{done['top_k']} of {done['experts']} experts"
+    )
+
+
+def cmd_trace_dump(args):
+    from moecache.replay import convert
+
+    for line in convert.dump(args.trace):
+        print(line)
 
 
 def cmd_choose(args):
@@ -692,7 +711,11 @@ def parser() -> argparse.ArgumentParser:
     def on_demand(p, capacity=True):
         """Demand from a harness trace or a JSON-lines file, and the pool size."""
         source = p.add_mutually_exclusive_group(required=True)
-        source.add_argument("--trace", type=Path, help="a harness trace (Parquet)")
+        source.add_argument(
+            "--trace",
+            type=Path,
+            help="a trace: moecache-trace (docs/trace-format.md) or a harness one",
+        )
         source.add_argument(
             "--demand", type=Path, help='JSON lines: {"stream": id, "tokens": [[e, ...], ...]}'
         )
@@ -700,6 +723,20 @@ def parser() -> argparse.ArgumentParser:
         if capacity:
             p.add_argument("--capacity", type=int, required=True, help="pool slots (C)")
         return results(p)
+
+    trace = sub.add_parser("trace", help="the routing trace format anyone can write")
+    verbs = trace.add_subparsers(dest="verb", required=True)
+    p = verbs.add_parser("convert", help="JSON lines (one per layer and token) to a trace")
+    p.set_defaults(func=cmd_trace_convert)
+    p.add_argument(
+        "source", type=Path, help='JSON lines: {"sequence", "layer", "token", "experts"}'
+    )
+    p.add_argument("--experts", type=int, required=True, help="experts per layer (N)")
+    p.add_argument("--out", type=Path, required=True, help="the trace to write (Parquet)")
+    p.add_argument("--group-rows", type=int, default=1 << 20, help="rows per row group (about)")
+    p = verbs.add_parser("dump", help="a trace back as JSON lines, stream after stream")
+    p.set_defaults(func=cmd_trace_dump)
+    p.add_argument("trace", type=Path)
 
     p = on_demand(command("replay", cmd_replay, "replay demand under lossless eviction rules"))
     p.add_argument(
