@@ -7,28 +7,56 @@ Per token: hits and insertions are stamped in request order; the victim is the l
 (count, stamp) among residents the token does not need.
 """
 
-from types import SimpleNamespace
+from typing import NamedTuple
 
-from moecache.policies.base import EventPolicy
+import numpy as np
+from numba import njit
+
+from moecache.policies.kernels import CompiledEventPolicy, lists, nothing, put
+
+RESIDENT = 1
 
 
-class LFU(EventPolicy):
+class State(NamedTuple):
+    where: np.ndarray  # [streams, N] RESIDENT or 0
+    stamp: np.ndarray  # [streams, N] last touch
+    clock: np.ndarray  # [streams]
+    count: np.ndarray  # [streams, N] requests since insertion
+
+
+@njit(cache=True)
+def on_hit(s, row, e):
+    s.count[row, e] += 1
+    put(s, row, e, RESIDENT)
+
+
+@njit(cache=True)
+def victim(s, row, e, busy):
+    where, count, stamp = s.where[row], s.count[row], s.stamp[row]
+    found = -1
+    for x in range(len(where)):
+        if where[x] != RESIDENT or busy[x]:
+            continue
+        if found < 0 or (count[x], stamp[x]) < (count[found], stamp[found]):
+            found = x
+    return found
+
+
+@njit(cache=True)
+def on_evict(s, row, e):
+    s.where[row, e] = 0
+
+
+@njit(cache=True)
+def on_insert(s, row, e):
+    s.count[row, e] = 1
+    put(s, row, e, RESIDENT)
+
+
+class LFU(CompiledEventPolicy):
     name = "lfu"
+    hooks = (on_hit, nothing, victim, on_evict, on_insert)
 
-    def new_stream(self):
-        return SimpleNamespace(count={}, stamp={}, clock=0)
-
-    def touch(self, s, e, count):
-        s.count[e], s.stamp[e], s.clock = count, s.clock, s.clock + 1
-
-    def on_hit(self, s, e):
-        self.touch(s, e, s.count[e] + 1)
-
-    def victim(self, s, e, needed):
-        return min((x for x in s.count if x not in needed), key=lambda x: (s.count[x], s.stamp[x]))
-
-    def on_evict(self, s, e):
-        del s.count[e], s.stamp[e]
-
-    def on_insert(self, s, e):
-        self.touch(s, e, 1)
+    def new_state(self, streams):
+        count = np.zeros((streams, self.num_experts), dtype=np.int64)
+        return State(**lists(streams, self.num_experts), count=count)

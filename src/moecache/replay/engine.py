@@ -79,6 +79,9 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
     """Replay every stream of `demand` under `policy` (whose capacity is the pool's)."""
     capacity = policy.capacity
     demand.check_capacity(capacity)
+    if hasattr(policy, "replay") and not keep:  # compiled: every stream in one call
+        copies, full = policy.replay(demand.requests, demand.lengths)
+        return tally(copies, full, capacity, demand)
     # Longest streams first: the streams still running at token t are then the first rows.
     order = np.argsort(-demand.lengths, kind="stable")
     requests, lengths = demand.requests[order], demand.lengths[order]
@@ -105,19 +108,21 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
             residents[t, :n] = pools.resident[:n]
             np.put(evictions[t], step.victims, True)
     back = np.argsort(order)
-    insertions = copies.sum(axis=0)[back]
-    # The harness's split: copies count as fills until the pool has been full once.
-    steady = (copies * full).sum(axis=0)[back]
-    counts = Counts(
-        insertions,
-        insertions - steady,
-        steady,
-        insertions - np.minimum(capacity, demand.distinct),
-    )
+    counts = tally(copies.T[back], full.T[back], capacity, demand)
     if keep:
         counts.residents = residents.transpose(1, 0, 2)[back]
         counts.evictions = evictions.transpose(1, 0, 2)[back]
     return counts
+
+
+def tally(copies: np.ndarray, full: np.ndarray, capacity: int, demand: Demand) -> Counts:
+    """Counts from the copies of each token [streams, T] and whether its pool was full."""
+    insertions = copies.sum(axis=1)
+    # The harness's split: copies count as fills until the pool has been full once.
+    steady = (copies * full).sum(axis=1)
+    return Counts(
+        insertions, insertions - steady, steady, insertions - np.minimum(capacity, demand.distinct)
+    )
 
 
 def gap_recovered(lru: int, oracle: int, rule: int) -> float | None:
