@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.kernels import CompiledEventPolicy, following, lists, nothing, put
+from moecache.policies.kernels import CompiledEventPolicy, drop, following, lists, nothing, put
 
 QUEUE = 1
 
@@ -22,6 +22,7 @@ class State(NamedTuple):
     where: np.ndarray  # [streams, N] QUEUE while resident
     stamp: np.ndarray  # [streams, N] queue order, the hand at the lowest
     clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
     count: np.ndarray  # [streams, N] use counter
     most: int  # 2**bits - 1
 
@@ -44,7 +45,7 @@ def victim(s, row, e, busy):
 
 @njit(cache=True)
 def on_evict(s, row, e):
-    s.where[row, e] = 0
+    drop(s, row, e)
 
 
 @njit(cache=True)

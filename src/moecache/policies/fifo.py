@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import CompiledEventPolicy, lists, nothing, oldest, put
+from moecache.policies.kernels import CompiledEventPolicy, drop, lists, nothing, oldest, put
 
 QUEUE = 1
 
@@ -18,6 +18,7 @@ class State(NamedTuple):
     where: np.ndarray  # [streams, N] QUEUE while resident
     stamp: np.ndarray  # [streams, N] insertion order
     clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
 
 
 @njit(cache=True)
@@ -27,7 +28,7 @@ def victim(s, row, e, busy):
 
 @njit(cache=True)
 def on_evict(s, row, e):
-    s.where[row, e] = 0
+    drop(s, row, e)
 
 
 @njit(cache=True)

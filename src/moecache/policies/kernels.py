@@ -23,6 +23,7 @@ from moecache.errors import MoecacheError
 from moecache.policies.base import OUTSIDE, EventPolicy, StepPlan
 
 FAR = np.iinfo(np.int64).max
+LISTS = 8  # list ids a rule may use, 0 (none) included
 
 
 @njit(cache=True)
@@ -53,25 +54,36 @@ def following(where, stamp, queue, low=0):
 
 
 @njit(cache=True)
-def size(where, queue):
-    """How many experts list `queue` holds."""
-    return np.count_nonzero(where == queue)
+def size(s, row, queue):
+    """How many experts list `queue` holds (counted as they move, not scanned)."""
+    return s.held[row, queue]
 
 
 @njit(cache=True)
 def put(s, row, e, queue):
     """Expert e enters list `queue` at its newest end (0: leaves every list)."""
+    drop(s, row, e)
     s.where[row, e] = queue
+    s.held[row, queue] += 1
     s.clock[row] += 1
     s.stamp[row, e] = s.clock[row]
 
 
+@njit(cache=True)
+def drop(s, row, e):
+    """Expert e leaves its list."""
+    s.held[row, s.where[row, e]] -= 1
+    s.where[row, e] = 0
+
+
 def lists(streams: int, width: int) -> dict:
-    """The arrays of ordered lists, for a rule's state: where, stamp, clock."""
+    """The arrays of ordered lists, for a rule's state: where (list 0: none, at most
+    LISTS - 1), stamp, clock, and held, each list's length."""
     return {
         "where": np.zeros((streams, width), dtype=np.int64),
         "stamp": np.zeros((streams, width), dtype=np.int64),
         "clock": np.zeros(streams, dtype=np.int64),
+        "held": np.zeros((streams, LISTS), dtype=np.int64),
     }
 
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import CompiledEventPolicy, lists, nothing, put
+from moecache.policies.kernels import CompiledEventPolicy, drop, lists, nothing, put
 
 RESIDENT = 1
 
@@ -21,6 +21,7 @@ class State(NamedTuple):
     where: np.ndarray  # [streams, N] RESIDENT or 0
     stamp: np.ndarray  # [streams, N] last touch
     clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
     count: np.ndarray  # [streams, N] requests since insertion
 
 
@@ -44,7 +45,7 @@ def victim(s, row, e, busy):
 
 @njit(cache=True)
 def on_evict(s, row, e):
-    s.where[row, e] = 0
+    drop(s, row, e)
 
 
 @njit(cache=True)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import CompiledEventPolicy, following, lists, nothing, put
+from moecache.policies.kernels import CompiledEventPolicy, drop, following, lists, nothing, put
 
 QUEUE = 1
 
@@ -21,6 +21,7 @@ class State(NamedTuple):
     where: np.ndarray  # [streams, N] QUEUE while resident
     stamp: np.ndarray  # [streams, N] insertion order
     clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
     visited: np.ndarray  # [streams, N]
     hand: np.ndarray  # [streams] the hand is at the oldest resident stamped hand or later
 
@@ -47,7 +48,7 @@ def victim(s, row, e, busy):
 
 @njit(cache=True)
 def on_evict(s, row, e):
-    s.where[row, e] = 0
+    drop(s, row, e)
     if following(s.where[row], s.stamp[row], QUEUE, s.hand[row]) < 0:
         s.hand[row] = 0  # evicted the newest: the hand wraps to the oldest
 
