@@ -17,7 +17,16 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import CompiledEventPolicy, drop, following, lists, oldest, put, size
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    following,
+    lists,
+    oldest,
+    put,
+    register,
+    size,
+)
 
 NONE, T1, T2, B1, B2 = 0, 1, 2, 3, 4  # list ids; B1 and B2 hold ids of evicted experts
 
@@ -33,12 +42,12 @@ class State(NamedTuple):
     capacity: int
 
 
-@njit(cache=True)
+@njit
 def on_hit(s, row, e):
     put(s, row, e, T2)
 
 
-@njit(cache=True)
+@njit
 def on_miss(s, row, e):
     where = s.where[row]
     s.ghost[row] = NONE
@@ -52,18 +61,18 @@ def on_miss(s, row, e):
     drop(s, row, e)
 
 
-@njit(cache=True)
+@njit
 def pick(s, row, first, second, busy):
     x = oldest(s.where[row], s.stamp[row], first, busy)
     return x if x >= 0 else oldest(s.where[row], s.stamp[row], second, busy)
 
 
-@njit(cache=True)
+@njit
 def forget_oldest(s, row, ghosts):
     drop(s, row, following(s.where[row], s.stamp[row], ghosts))
 
 
-@njit(cache=True)
+@njit
 def victim(s, row, e, busy):
     t1, t2, b1, b2 = size(s, row, T1), size(s, row, T2), size(s, row, B1), size(s, row, B2)
     s.ghostless[row] = False
@@ -81,7 +90,7 @@ def victim(s, row, e, busy):
     return pick(s, row, T2, T1, busy)
 
 
-@njit(cache=True)
+@njit
 def on_evict(s, row, e):
     ghosts = B1 if s.where[row, e] == T1 else B2
     drop(s, row, e)
@@ -89,15 +98,17 @@ def on_evict(s, row, e):
         put(s, row, e, ghosts)
 
 
-@njit(cache=True)
+@njit
 def on_insert(s, row, e):
     put(s, row, e, T1 if s.ghost[row] == NONE else T2)
     s.ghost[row] = NONE
 
 
+register(State, on_hit, on_miss, victim, on_evict, on_insert)
+
+
 class ARC(CompiledEventPolicy):
     name = "arc"
-    hooks = (on_hit, on_miss, victim, on_evict, on_insert)
 
     def new_state(self, streams):
         return State(

@@ -13,7 +13,15 @@ import numpy as np
 from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.kernels import CompiledEventPolicy, drop, following, lists, nothing, put
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    following,
+    lists,
+    nothing,
+    put,
+    register,
+)
 
 QUEUE = 1
 
@@ -27,12 +35,12 @@ class State(NamedTuple):
     most: int  # 2**bits - 1
 
 
-@njit(cache=True)
+@njit
 def on_hit(s, row, e):
     s.count[row, e] = min(s.count[row, e] + 1, s.most)
 
 
-@njit(cache=True)
+@njit
 def victim(s, row, e, busy):
     while True:
         x = following(s.where[row], s.stamp[row], QUEUE)
@@ -43,20 +51,22 @@ def victim(s, row, e, busy):
             s.count[row, x] -= 1
 
 
-@njit(cache=True)
+@njit
 def on_evict(s, row, e):
     drop(s, row, e)
 
 
-@njit(cache=True)
+@njit
 def on_insert(s, row, e):
     put(s, row, e, QUEUE)
     s.count[row, e] = 0
 
 
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
 class Clock(CompiledEventPolicy):
     name = "clock"
-    hooks = (on_hit, nothing, victim, on_evict, on_insert)
 
     def __init__(self, capacity, num_experts, top_k, bits: int = 1):
         super().__init__(capacity, num_experts, top_k)

@@ -9,7 +9,15 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import CompiledEventPolicy, drop, lists, nothing, oldest, put
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    lists,
+    nothing,
+    oldest,
+    put,
+    register,
+)
 
 QUEUE = 1
 
@@ -21,24 +29,26 @@ class State(NamedTuple):
     held: np.ndarray  # [streams, LISTS] length of each list
 
 
-@njit(cache=True)
+@njit
 def victim(s, row, e, busy):
     return oldest(s.where[row], s.stamp[row], QUEUE, busy)
 
 
-@njit(cache=True)
+@njit
 def on_evict(s, row, e):
     drop(s, row, e)
 
 
-@njit(cache=True)
+@njit
 def on_insert(s, row, e):
     put(s, row, e, QUEUE)
 
 
+register(State, nothing, nothing, victim, on_evict, on_insert)
+
+
 class FIFO(CompiledEventPolicy):
     name = "fifo"
-    hooks = (nothing, nothing, victim, on_evict, on_insert)
 
     def new_state(self, streams):
         return State(**lists(streams, self.num_experts))

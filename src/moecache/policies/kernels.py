@@ -1,8 +1,9 @@
 """Compiled event rules: an EventPolicy whose hooks are numba functions over state arrays.
 
 A rule keeps every stream's state in one NamedTuple of arrays indexed [stream, expert] (or
-[stream] for a counter or a hand), made by `new_state(streams)`, and names five numba
-hooks in `hooks`: on_hit(s, row, e), on_miss(s, row, e), victim(s, row, e, busy) -> v,
+[stream] for a counter or a hand), made by `new_state(streams)`, and compiles five numba
+hooks into its drivers, `kernels = compile_rule(on_hit, on_miss, victim, on_evict,
+on_insert)`: on_hit(s, row, e), on_miss(s, row, e), victim(s, row, e, busy) -> v,
 on_evict(s, row, v), on_insert(s, row, e), called in EventPolicy's order. `busy[x]` is
 true for the current token's experts, never a valid victim. The same compiled `token`
 serves the harness (`plan`, one stream), replay's `step` (many streams, one token) and
@@ -11,27 +12,55 @@ are defined once, and replay runs at compiled speed.
 
 Ordered lists (queues, LRU lists, ghosts) are a list id per expert (`where`) and a stamp
 that grows per stream (`stamp`, `clock`): the oldest entry is the lowest stamp. With N
-experts per layer (64 to 256) a scan of N beats maintaining links.
+experts per layer (64 to 256) a scan of N costs less than links would: each array of
+the state is reference-counted on every call, so a rule keeps few.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import numba
 import numpy as np
 from numba import njit
+from numba.core.extending import overload
 
 from moecache.errors import MoecacheError
 from moecache.policies.base import OUTSIDE, EventPolicy, StepPlan
 
+
+def cache_folder() -> str:
+    """Where compiled drivers are kept: a folder named by the hash of every rule's source.
+    Numba checks only the cached function's own file for changes, and the drivers compile
+    in the hooks of other files; a new folder per source version keeps that from ever
+    serving stale code."""
+    sources = sorted(Path(__file__).parent.glob("*.py"))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
+    root = os.environ.get("NUMBA_CACHE_DIR") or Path.home() / ".cache" / "moecache-numba"
+    for folder in (Path(root) / digest, Path(tempfile.gettempdir()) / "moecache-numba" / digest):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if os.access(folder, os.W_OK):
+                return str(folder)
+        except OSError:
+            continue
+    return ""
+
+
+numba.config.CACHE_DIR = cache_folder()  # before any cached function below is defined
 FAR = np.iinfo(np.int64).max
 LISTS = 8  # list ids a rule may use, 0 (none) included
 
 
-@njit(cache=True)
+@njit
 def nothing(s, row, e):
     """A hook the rule does not need."""
 
 
-@njit(cache=True)
+@njit
 def oldest(where, stamp, queue, busy):
     """In one stream's rows: the expert in list `queue` with the lowest stamp that the
     token does not need (-1: none)."""
@@ -42,7 +71,7 @@ def oldest(where, stamp, queue, busy):
     return found
 
 
-@njit(cache=True)
+@njit
 def following(where, stamp, queue, low=0):
     """The oldest expert of list `queue` stamped `low` or later, needed or not (-1: none);
     with low = 0 the list's oldest."""
@@ -53,13 +82,13 @@ def following(where, stamp, queue, low=0):
     return found
 
 
-@njit(cache=True)
+@njit
 def size(s, row, queue):
     """How many experts list `queue` holds (counted as they move, not scanned)."""
     return s.held[row, queue]
 
 
-@njit(cache=True)
+@njit
 def put(s, row, e, queue):
     """Expert e enters list `queue` at its newest end (0: leaves every list)."""
     drop(s, row, e)
@@ -69,7 +98,7 @@ def put(s, row, e, queue):
     s.stamp[row, e] = s.clock[row]
 
 
-@njit(cache=True)
+@njit
 def drop(s, row, e):
     """Expert e leaves its list."""
     s.held[row, s.where[row, e]] -= 1
@@ -87,23 +116,38 @@ def lists(streams: int, width: int) -> dict:
     }
 
 
+HOOKS: dict[type, tuple] = {}  # a rule's State class -> its five hooks
+
+
+def register(state: type, on_hit, on_miss, victim, on_evict, on_insert) -> None:
+    """Name a rule's hooks for its State class: the drivers find them by the type of the
+    state they are given, so they are plain cached functions (one compilation per rule,
+    kept on disk) with the hooks compiled in."""
+    HOOKS[state] = (on_hit, on_miss, victim, on_evict, on_insert)
+
+
+def hook(index: int, name: str):
+    """A stub the drivers call, resolved at compile time to the rule's own hook."""
+
+    def stub(*args):
+        raise NotImplementedError(name)
+
+    @overload(stub)
+    def resolve(s, *args):
+        function = HOOKS[s.instance_class][index]
+        return lambda s, *args: function(s, *args)
+
+    stub.__name__ = name
+    return stub
+
+
+on_hit, on_miss, victim, on_evict, on_insert = (
+    hook(i, name) for i, name in enumerate(("on_hit", "on_miss", "victim", "on_evict", "on_insert"))
+)
+
+
 @njit(cache=True)
-def token(
-    on_hit,
-    on_miss,
-    victim,
-    on_evict,
-    on_insert,
-    s,
-    row,
-    request,
-    missed,
-    free,
-    busy,
-    resident,
-    victims,
-    nv,
-):
+def token(s, row, request, missed, free, busy, resident, victims, nv):
     """One token of one stream: hits, then per miss room and insertion. Appends victims
     (expert ids) at victims[nv:] and returns the new nv, or -1 for an invalid victim."""
     for e in request:
@@ -135,9 +179,7 @@ def token(
 
 
 @njit(cache=True)
-def step_streams(
-    on_hit, on_miss, victim, on_evict, on_insert, s, requests, missed, count, capacity, resident
-):
+def step_streams(s, requests, missed, count, capacity, resident):
     """Token t of the first n streams: requests [n, k] (expert ids), missed [n, k],
     count [n] residents before, resident [n, N] (updated). Returns flat victims
     (row * N + expert), or None for an invalid one."""
@@ -148,22 +190,7 @@ def step_streams(
     total = 0
     for row in range(n):
         free = capacity - count[row]
-        got = token(
-            on_hit,
-            on_miss,
-            victim,
-            on_evict,
-            on_insert,
-            s,
-            row,
-            requests[row],
-            missed[row],
-            free,
-            busy,
-            resident[row],
-            local,
-            0,
-        )
+        got = token(s, row, requests[row], missed[row], free, busy, resident[row], local, 0)
         if got < 0:
             return out[:0], False
         for i in range(got):
@@ -173,9 +200,7 @@ def step_streams(
 
 
 @njit(cache=True)
-def replay_streams(
-    on_hit, on_miss, victim, on_evict, on_insert, s, requests, lengths, capacity, width
-):
+def replay_streams(s, requests, lengths, capacity, width):
     """Every stream from its first token to its last: copies [S, T] per token and whether
     the pool was full before it (the harness's fills / steady split)."""
     streams, steps, k = requests.shape
@@ -196,25 +221,7 @@ def replay_streams(
                 misses += missed[j]
             full[row, t] = held == capacity
             free = capacity - held
-            if (
-                token(
-                    on_hit,
-                    on_miss,
-                    victim,
-                    on_evict,
-                    on_insert,
-                    s,
-                    row,
-                    request,
-                    missed,
-                    free,
-                    busy,
-                    resident,
-                    victims,
-                    0,
-                )
-                < 0
-            ):
+            if token(s, row, request, missed, free, busy, resident, victims, 0) < 0:
                 return copies, full, False
             copies[row, t] = misses
             held = min(capacity, held + misses)
@@ -223,8 +230,6 @@ def replay_streams(
 
 class CompiledEventPolicy(EventPolicy):
     """An EventPolicy whose hooks are numba functions (see the module docstring)."""
-
-    hooks: tuple = ()  # (on_hit, on_miss, victim, on_evict, on_insert)
 
     def new_state(self, streams: int):
         """Every stream's state: a NamedTuple of arrays, [streams, N] or [streams]."""
@@ -240,7 +245,7 @@ class CompiledEventPolicy(EventPolicy):
         miss = pools.base.take(at) >= OUTSIDE
         resident = pools.base[:n] < OUTSIDE
         victims, ok = step_streams(
-            *self.hooks, self.state, requests, miss, pools.count[:n], self.capacity, resident
+            self.state, requests, miss, pools.count[:n], self.capacity, resident
         )
         if not ok:
             raise MoecacheError(f"policy {self.name}: invalid victim at token {t}")
@@ -251,7 +256,7 @@ class CompiledEventPolicy(EventPolicy):
         (expert ids, padded past `lengths`), from a fresh state."""
         self.reset(streams=len(requests))
         copies, full, ok = replay_streams(
-            *self.hooks, self.state, requests, lengths, self.capacity, self.num_experts
+            self.state, requests, lengths, self.capacity, self.num_experts
         )
         if not ok:
             raise MoecacheError(f"policy {self.name}: invalid victim")

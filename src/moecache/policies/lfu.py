@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import CompiledEventPolicy, drop, lists, nothing, put
+from moecache.policies.kernels import CompiledEventPolicy, drop, lists, nothing, put, register
 
 RESIDENT = 1
 
@@ -25,13 +25,13 @@ class State(NamedTuple):
     count: np.ndarray  # [streams, N] requests since insertion
 
 
-@njit(cache=True)
+@njit
 def on_hit(s, row, e):
     s.count[row, e] += 1
     put(s, row, e, RESIDENT)
 
 
-@njit(cache=True)
+@njit
 def victim(s, row, e, busy):
     where, count, stamp = s.where[row], s.count[row], s.stamp[row]
     found = -1
@@ -43,20 +43,22 @@ def victim(s, row, e, busy):
     return found
 
 
-@njit(cache=True)
+@njit
 def on_evict(s, row, e):
     drop(s, row, e)
 
 
-@njit(cache=True)
+@njit
 def on_insert(s, row, e):
     s.count[row, e] = 1
     put(s, row, e, RESIDENT)
 
 
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
 class LFU(CompiledEventPolicy):
     name = "lfu"
-    hooks = (on_hit, nothing, victim, on_evict, on_insert)
 
     def new_state(self, streams):
         count = np.zeros((streams, self.num_experts), dtype=np.int64)

@@ -23,7 +23,16 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import FAR, CompiledEventPolicy, drop, lists, nothing, oldest, put
+from moecache.policies.kernels import (
+    FAR,
+    CompiledEventPolicy,
+    drop,
+    lists,
+    nothing,
+    oldest,
+    put,
+    register,
+)
 
 Q = 1
 
@@ -40,7 +49,7 @@ class State(NamedTuple):
     lirs: int  # C - H: slots of the LIR experts
 
 
-@njit(cache=True)
+@njit
 def push(s, row, e):
     """e to the top of S."""
     s.in_s[row, e] = True
@@ -48,7 +57,7 @@ def push(s, row, e):
     s.s_stamp[row, e] = s.clock[row]
 
 
-@njit(cache=True)
+@njit
 def bottom(s, row, lir_only, busy):
     """The lowest expert in S (only LIR ones, and none in busy, if asked; -1: none)."""
     best, found = FAR, -1
@@ -59,7 +68,7 @@ def bottom(s, row, lir_only, busy):
     return found
 
 
-@njit(cache=True)
+@njit
 def prune(s, row, nobody):
     while True:
         x = bottom(s, row, False, nobody)
@@ -68,7 +77,7 @@ def prune(s, row, nobody):
         s.in_s[row, x] = False
 
 
-@njit(cache=True)
+@njit
 def promote(s, row, e, nobody):
     """e (HIR, in S) becomes LIR; the bottom LIR, if over C - H, becomes resident HIR."""
     s.lir[row, e] = True
@@ -79,7 +88,7 @@ def promote(s, row, e, nobody):
     prune(s, row, nobody)
 
 
-@njit(cache=True)
+@njit
 def on_hit(s, row, e):
     nobody = s.nobody
     if s.lir[row, e]:
@@ -94,13 +103,13 @@ def on_hit(s, row, e):
         put(s, row, e, Q)
 
 
-@njit(cache=True)
+@njit
 def victim(s, row, e, busy):
     hir = oldest(s.where[row], s.stamp[row], Q, busy)
     return hir if hir >= 0 else bottom(s, row, True, busy)
 
 
-@njit(cache=True)
+@njit
 def on_evict(s, row, e):
     if s.where[row, e] == Q:
         drop(s, row, e)  # a resident HIR: S remembers it, non-resident
@@ -110,7 +119,7 @@ def on_evict(s, row, e):
     prune(s, row, s.nobody)
 
 
-@njit(cache=True)
+@njit
 def on_insert(s, row, e):
     if np.count_nonzero(s.lir[row]) < s.lirs:
         s.lir[row, e] = True
@@ -123,9 +132,11 @@ def on_insert(s, row, e):
         put(s, row, e, Q)
 
 
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
 class LIRS(CompiledEventPolicy):
     name = "lirs"
-    hooks = (on_hit, nothing, victim, on_evict, on_insert)
 
     def __init__(self, capacity, num_experts, top_k):
         super().__init__(capacity, num_experts, top_k)

@@ -25,6 +25,7 @@ from moecache.policies.kernels import (
     lists,
     oldest,
     put,
+    register,
     size,
 )
 
@@ -45,19 +46,19 @@ class State(NamedTuple):
     threshold: int  # hits in S that earn M
 
 
-@njit(cache=True)
+@njit
 def on_hit(s, row, e):
     s.count[row, e] += 1
 
 
-@njit(cache=True)
+@njit
 def on_miss(s, row, e):
     s.seen[row] = s.where[row, e] == G
     if s.seen[row]:
         drop(s, row, e)
 
 
-@njit(cache=True)
+@njit
 def from_main(s, row, busy):
     """M's CLOCK: the oldest at count 0 goes; older ones go round with one less."""
     while True:
@@ -68,7 +69,7 @@ def from_main(s, row, busy):
         put(s, row, x, M)
 
 
-@njit(cache=True)
+@njit
 def victim(s, row, e, busy):
     s.evicted[row] = True
     where, stamp = s.where[row], s.stamp[row]
@@ -85,7 +86,7 @@ def victim(s, row, e, busy):
             x = oldest(where, stamp, S, busy)
 
 
-@njit(cache=True)
+@njit
 def on_evict(s, row, e):
     was = s.where[row, e]
     drop(s, row, e)
@@ -95,16 +96,18 @@ def on_evict(s, row, e):
             drop(s, row, following(s.where[row], s.stamp[row], G))
 
 
-@njit(cache=True)
+@njit
 def on_insert(s, row, e):
     into_main = s.seen[row] or (not s.evicted[row] and size(s, row, S) >= s.small)
     put(s, row, e, M if into_main else S)
     s.count[row, e] = 0
 
 
+register(State, on_hit, on_miss, victim, on_evict, on_insert)
+
+
 class S3FIFO(CompiledEventPolicy):
     name = "s3-fifo"
-    hooks = (on_hit, on_miss, victim, on_evict, on_insert)
 
     def __init__(
         self,

@@ -12,7 +12,15 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import CompiledEventPolicy, drop, following, lists, nothing, put
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    following,
+    lists,
+    nothing,
+    put,
+    register,
+)
 
 QUEUE = 1
 
@@ -26,12 +34,12 @@ class State(NamedTuple):
     hand: np.ndarray  # [streams] the hand is at the oldest resident stamped hand or later
 
 
-@njit(cache=True)
+@njit
 def on_hit(s, row, e):
     s.visited[row, e] = True
 
 
-@njit(cache=True)
+@njit
 def victim(s, row, e, busy):
     where, stamp = s.where[row], s.stamp[row]
     x = following(where, stamp, QUEUE, s.hand[row])
@@ -46,22 +54,24 @@ def victim(s, row, e, busy):
         x = following(where, stamp, QUEUE, stamp[x] + 1)
 
 
-@njit(cache=True)
+@njit
 def on_evict(s, row, e):
     drop(s, row, e)
     if following(s.where[row], s.stamp[row], QUEUE, s.hand[row]) < 0:
         s.hand[row] = 0  # evicted the newest: the hand wraps to the oldest
 
 
-@njit(cache=True)
+@njit
 def on_insert(s, row, e):
     put(s, row, e, QUEUE)
     s.visited[row, e] = False
 
 
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
 class Sieve(CompiledEventPolicy):
     name = "sieve"
-    hooks = (on_hit, nothing, victim, on_evict, on_insert)
 
     def new_state(self, streams):
         visited = np.zeros((streams, self.num_experts), dtype=np.bool_)

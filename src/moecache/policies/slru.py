@@ -25,8 +25,8 @@ from moecache.policies.kernels import (
     following,
     lists,
     nothing,
-    oldest,
     put,
+    register,
     size,
 )
 
@@ -41,7 +41,7 @@ class State(NamedTuple):
     sizes: np.ndarray  # [segments] slots, lowest first
 
 
-@njit(cache=True)
+@njit
 def enter(s, row, e, first, sizes):
     """A new expert enters the lowest segment with room (the lowest when none has)."""
     for i in range(len(sizes)):
@@ -51,7 +51,7 @@ def enter(s, row, e, first, sizes):
     put(s, row, e, first)
 
 
-@njit(cache=True)
+@njit
 def promote(s, row, e, first, sizes):
     """A hit: e up one segment; each segment over its size pushes its tail down one."""
     i = min(s.where[row, e] - first + 1, len(sizes) - 1)
@@ -61,32 +61,34 @@ def promote(s, row, e, first, sizes):
         i -= 1
 
 
-@njit(cache=True)
+@njit
 def lowest(s, row, busy, first, count):
-    """The least recent expert not needed, lowest segment first (-1: none)."""
-    for i in range(count):
-        x = oldest(s.where[row], s.stamp[row], first + i, busy)
-        if x >= 0:
-            return x
-    return -1
+    """The least recent expert not needed, lowest segment first (-1: none); one pass."""
+    where, stamp = s.where[row], s.stamp[row]
+    found, best = -1, (count, 0)
+    for x in range(len(where)):
+        key = (where[x] - first, stamp[x])
+        if 0 <= key[0] < count and key < best and not busy[x]:
+            found, best = x, key
+    return found
 
 
-@njit(cache=True)
+@njit
 def on_hit(s, row, e):
     promote(s, row, e, FIRST, s.sizes)
 
 
-@njit(cache=True)
+@njit
 def victim(s, row, e, busy):
     return lowest(s, row, busy, FIRST, len(s.sizes))
 
 
-@njit(cache=True)
+@njit
 def on_evict(s, row, e):
     drop(s, row, e)
 
 
-@njit(cache=True)
+@njit
 def on_insert(s, row, e):
     enter(s, row, e, FIRST, s.sizes)
 
@@ -96,9 +98,11 @@ def split(total: int, parts: int) -> list[int]:
     return [total // parts + (i < total % parts) for i in range(parts)]
 
 
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
 class SLRU(CompiledEventPolicy):
     name = "slru"
-    hooks = (on_hit, nothing, victim, on_evict, on_insert)
 
     def __init__(self, capacity, num_experts, top_k, segments: int = 4):
         super().__init__(capacity, num_experts, top_k)

@@ -22,6 +22,7 @@ from moecache.policies.kernels import (
     lists,
     oldest,
     put,
+    register,
     size,
 )
 
@@ -38,27 +39,27 @@ class State(NamedTuple):
     aout: int  # A1out's length
 
 
-@njit(cache=True)
+@njit
 def on_hit(s, row, e):
     if s.where[row, e] == AM:
         put(s, row, e, AM)
 
 
-@njit(cache=True)
+@njit
 def on_miss(s, row, e):
     s.seen[row] = s.where[row, e] == OUT
     if s.seen[row]:
         drop(s, row, e)
 
 
-@njit(cache=True)
+@njit
 def victim(s, row, e, busy):
     first, second = (AIN, AM) if size(s, row, AIN) > s.ain else (AM, AIN)
     x = oldest(s.where[row], s.stamp[row], first, busy)
     return x if x >= 0 else oldest(s.where[row], s.stamp[row], second, busy)
 
 
-@njit(cache=True)
+@njit
 def on_evict(s, row, e):
     was = s.where[row, e]
     drop(s, row, e)
@@ -68,14 +69,16 @@ def on_evict(s, row, e):
             drop(s, row, following(s.where[row], s.stamp[row], OUT))
 
 
-@njit(cache=True)
+@njit
 def on_insert(s, row, e):
     put(s, row, e, AM if s.seen[row] else AIN)
 
 
+register(State, on_hit, on_miss, victim, on_evict, on_insert)
+
+
 class TwoQ(CompiledEventPolicy):
     name = "two-q"
-    hooks = (on_hit, on_miss, victim, on_evict, on_insert)
 
     def __init__(self, capacity, num_experts, top_k, ain: float = 0.25, aout: float = 0.5):
         super().__init__(capacity, num_experts, top_k)

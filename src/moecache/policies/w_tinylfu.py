@@ -22,7 +22,16 @@ import numpy as np
 from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.kernels import CompiledEventPolicy, drop, lists, nothing, oldest, put, size
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    lists,
+    nothing,
+    oldest,
+    put,
+    register,
+    size,
+)
 from moecache.policies.slru import enter, lowest, promote
 
 WINDOW, MAIN = 1, 2  # list ids: the window, then main's segments (probation, protected)
@@ -40,12 +49,12 @@ class State(NamedTuple):
     main: int  # main's slots
 
 
-@njit(cache=True)
+@njit
 def in_main(s, row):
     return size(s, row, MAIN) + size(s, row, MAIN + 1)
 
 
-@njit(cache=True)
+@njit
 def on_hit(s, row, e):
     if s.where[row, e] == WINDOW:
         put(s, row, e, WINDOW)
@@ -58,7 +67,7 @@ def on_hit(s, row, e):
         s.count[row] >>= 1
 
 
-@njit(cache=True)
+@njit
 def victim(s, row, e, busy):
     s.move[row] = -1
     while True:
@@ -78,7 +87,7 @@ def victim(s, row, e, busy):
         return rival
 
 
-@njit(cache=True)
+@njit
 def on_evict(s, row, e):
     was = s.where[row, e]
     drop(s, row, e)
@@ -86,15 +95,17 @@ def on_evict(s, row, e):
         enter(s, row, s.move[row], MAIN, s.sizes)
 
 
-@njit(cache=True)
+@njit
 def on_insert(s, row, e):
     put(s, row, e, WINDOW)
     s.count[row, e] += 1
 
 
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
 class WTinyLFU(CompiledEventPolicy):
     name = "w-tinylfu"
-    hooks = (on_hit, nothing, victim, on_evict, on_insert)
 
     def __init__(self, capacity, num_experts, top_k, window: float = 0.01):
         super().__init__(capacity, num_experts, top_k)
