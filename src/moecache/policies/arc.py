@@ -42,37 +42,36 @@ class State(NamedTuple):
     capacity: int
 
 
-@njit
+@njit(inline="always")
 def on_hit(s, row, e):
     put(s, row, e, T2)
 
 
-@njit
+@njit(inline="always")
 def on_miss(s, row, e):
-    where = s.where[row]
     s.ghost[row] = NONE
-    if where[e] == B1:
+    if s.where[row, e] == B1:
         s.p[row] = min(s.p[row] + max(size(s, row, B2) / size(s, row, B1), 1), s.capacity)
-    elif where[e] == B2:
+    elif s.where[row, e] == B2:
         s.p[row] = max(s.p[row] - max(size(s, row, B1) / size(s, row, B2), 1), 0)
     else:
         return
-    s.ghost[row] = where[e]
+    s.ghost[row] = s.where[row, e]
     drop(s, row, e)
 
 
-@njit
+@njit(inline="always")
 def pick(s, row, first, second, busy):
-    x = oldest(s.where[row], s.stamp[row], first, busy)
-    return x if x >= 0 else oldest(s.where[row], s.stamp[row], second, busy)
+    x = oldest(s, row, first, busy)
+    return x if x >= 0 else oldest(s, row, second, busy)
 
 
-@njit
+@njit(inline="always")
 def forget_oldest(s, row, ghosts):
-    drop(s, row, following(s.where[row], s.stamp[row], ghosts))
+    drop(s, row, following(s, row, ghosts))
 
 
-@njit
+@njit(inline="always")
 def victim(s, row, e, busy):
     t1, t2, b1, b2 = size(s, row, T1), size(s, row, T2), size(s, row, B1), size(s, row, B2)
     s.ghostless[row] = False
@@ -90,7 +89,7 @@ def victim(s, row, e, busy):
     return pick(s, row, T2, T1, busy)
 
 
-@njit
+@njit(inline="always")
 def on_evict(s, row, e):
     ghosts = B1 if s.where[row, e] == T1 else B2
     drop(s, row, e)
@@ -98,7 +97,7 @@ def on_evict(s, row, e):
         put(s, row, e, ghosts)
 
 
-@njit
+@njit(inline="always")
 def on_insert(s, row, e):
     put(s, row, e, T1 if s.ghost[row] == NONE else T2)
     s.ghost[row] = NONE

@@ -35,15 +35,15 @@ class State(NamedTuple):
     most: int  # 2**bits - 1
 
 
-@njit
+@njit(inline="always")
 def on_hit(s, row, e):
     s.count[row, e] = min(s.count[row, e] + 1, s.most)
 
 
-@njit
+@njit(inline="always")
 def victim(s, row, e, busy):
     while True:
-        x = following(s.where[row], s.stamp[row], QUEUE)
+        x = following(s, row, QUEUE)
         if s.count[row, x] == 0 and not busy[x]:
             return x
         put(s, row, x, QUEUE)
@@ -51,12 +51,12 @@ def victim(s, row, e, busy):
             s.count[row, x] -= 1
 
 
-@njit
+@njit(inline="always")
 def on_evict(s, row, e):
     drop(s, row, e)
 
 
-@njit
+@njit(inline="always")
 def on_insert(s, row, e):
     put(s, row, e, QUEUE)
     s.count[row, e] = 0

@@ -29,17 +29,17 @@ class State(NamedTuple):
     held: np.ndarray  # [streams, LISTS] length of each list
 
 
-@njit
+@njit(inline="always")
 def victim(s, row, e, busy):
-    return oldest(s.where[row], s.stamp[row], QUEUE, busy)
+    return oldest(s, row, QUEUE, busy)
 
 
-@njit
+@njit(inline="always")
 def on_evict(s, row, e):
     drop(s, row, e)
 
 
-@njit
+@njit(inline="always")
 def on_insert(s, row, e):
     put(s, row, e, QUEUE)
 

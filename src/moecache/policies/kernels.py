@@ -55,40 +55,41 @@ FAR = np.iinfo(np.int64).max
 LISTS = 8  # list ids a rule may use, 0 (none) included
 
 
-@njit
+@njit(inline="always")
 def nothing(s, row, e):
     """A hook the rule does not need."""
 
 
-@njit
-def oldest(where, stamp, queue, busy):
-    """In one stream's rows: the expert in list `queue` with the lowest stamp that the
-    token does not need (-1: none)."""
-    best, found = FAR, -1
-    for x in range(len(where)):
-        if where[x] == queue and stamp[x] < best and not busy[x]:
-            best, found = stamp[x], x
+@njit(inline="always")
+def oldest(s, row, queue, busy):
+    """The expert of stream `row` in list `queue` with the lowest stamp that the token does
+    not need (-1: none). The arrays are taken out of the state once: an access
+    through the tuple inside the loop costs a reference count each time."""
+    where, stamp, best, found = s.where, s.stamp, FAR, -1
+    for x in range(where.shape[1]):
+        if where[row, x] == queue and stamp[row, x] < best and not busy[x]:
+            best, found = stamp[row, x], x
     return found
 
 
-@njit
-def following(where, stamp, queue, low=0):
+@njit(inline="always")
+def following(s, row, queue, low=0):
     """The oldest expert of list `queue` stamped `low` or later, needed or not (-1: none);
     with low = 0 the list's oldest."""
-    best, found = FAR, -1
-    for x in range(len(where)):
-        if where[x] == queue and low <= stamp[x] < best:
-            best, found = stamp[x], x
+    where, stamp, best, found = s.where, s.stamp, FAR, -1
+    for x in range(where.shape[1]):
+        if where[row, x] == queue and low <= stamp[row, x] < best:
+            best, found = stamp[row, x], x
     return found
 
 
-@njit
+@njit(inline="always")
 def size(s, row, queue):
     """How many experts list `queue` holds (counted as they move, not scanned)."""
     return s.held[row, queue]
 
 
-@njit
+@njit(inline="always")
 def put(s, row, e, queue):
     """Expert e enters list `queue` at its newest end (0: leaves every list)."""
     drop(s, row, e)
@@ -98,7 +99,7 @@ def put(s, row, e, queue):
     s.stamp[row, e] = s.clock[row]
 
 
-@njit
+@njit(inline="always")
 def drop(s, row, e):
     """Expert e leaves its list."""
     s.held[row, s.where[row, e]] -= 1
@@ -126,24 +127,37 @@ def register(state: type, on_hit, on_miss, victim, on_evict, on_insert) -> None:
     HOOKS[state] = (on_hit, on_miss, victim, on_evict, on_insert)
 
 
-def hook(index: int, name: str):
-    """A stub the drivers call, resolved at compile time to the rule's own hook."""
-
-    def stub(*args):
-        raise NotImplementedError(name)
-
-    @overload(stub)
-    def resolve(s, *args):
-        function = HOOKS[s.instance_class][index]
-        return lambda s, *args: function(s, *args)
-
-    stub.__name__ = name
-    return stub
+def on_hit(s, row, e): ...
+def on_miss(s, row, e): ...
+def victim(s, row, e, busy): ...
+def on_evict(s, row, e): ...
+def on_insert(s, row, e): ...
 
 
-on_hit, on_miss, victim, on_evict, on_insert = (
-    hook(i, name) for i, name in enumerate(("on_hit", "on_miss", "victim", "on_evict", "on_insert"))
-)
+# Stubs the drivers call, each resolved at compile time to the hook of the state's rule.
+@overload(on_hit, inline="always")
+def _on_hit(s, row, e):
+    return HOOKS[s.instance_class][0].py_func
+
+
+@overload(on_miss, inline="always")
+def _on_miss(s, row, e):
+    return HOOKS[s.instance_class][1].py_func
+
+
+@overload(victim, inline="always")
+def _victim(s, row, e, busy):
+    return HOOKS[s.instance_class][2].py_func
+
+
+@overload(on_evict, inline="always")
+def _on_evict(s, row, e):
+    return HOOKS[s.instance_class][3].py_func
+
+
+@overload(on_insert, inline="always")
+def _on_insert(s, row, e):
+    return HOOKS[s.instance_class][4].py_func
 
 
 @njit(cache=True)

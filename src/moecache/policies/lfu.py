@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import CompiledEventPolicy, drop, lists, nothing, put, register
+from moecache.policies.kernels import FAR, CompiledEventPolicy, drop, lists, nothing, put, register
 
 RESIDENT = 1
 
@@ -25,30 +25,28 @@ class State(NamedTuple):
     count: np.ndarray  # [streams, N] requests since insertion
 
 
-@njit
+@njit(inline="always")
 def on_hit(s, row, e):
     s.count[row, e] += 1
     put(s, row, e, RESIDENT)
 
 
-@njit
+@njit(inline="always")
 def victim(s, row, e, busy):
-    where, count, stamp = s.where[row], s.count[row], s.stamp[row]
-    found = -1
-    for x in range(len(where)):
-        if where[x] != RESIDENT or busy[x]:
-            continue
-        if found < 0 or (count[x], stamp[x]) < (count[found], stamp[found]):
-            found = x
+    found, best = -1, (FAR, FAR)
+    for x in range(s.where.shape[1]):
+        key = (s.count[row, x], s.stamp[row, x])
+        if s.where[row, x] == RESIDENT and key < best and not busy[x]:
+            found, best = x, key
     return found
 
 
-@njit
+@njit(inline="always")
 def on_evict(s, row, e):
     drop(s, row, e)
 
 
-@njit
+@njit(inline="always")
 def on_insert(s, row, e):
     s.count[row, e] = 1
     put(s, row, e, RESIDENT)

@@ -45,11 +45,19 @@ class State(NamedTuple):
     in_s: np.ndarray  # [streams, N] in the stack S
     s_stamp: np.ndarray  # [streams, N] order in S (higher: nearer the top)
     lir: np.ndarray  # [streams, N]
+    lirs_now: np.ndarray  # [streams] LIR experts
     nobody: np.ndarray  # [N] all false: no expert is skipped
     lirs: int  # C - H: slots of the LIR experts
 
 
-@njit
+@njit(inline="always")
+def mark(s, row, e, lir):
+    """e becomes LIR (or HIR), counted."""
+    s.lirs_now[row] += lir - s.lir[row, e]
+    s.lir[row, e] = lir
+
+
+@njit(inline="always")
 def push(s, row, e):
     """e to the top of S."""
     s.in_s[row, e] = True
@@ -57,7 +65,7 @@ def push(s, row, e):
     s.s_stamp[row, e] = s.clock[row]
 
 
-@njit
+@njit(inline="always")
 def bottom(s, row, lir_only, busy):
     """The lowest expert in S (only LIR ones, and none in busy, if asked; -1: none)."""
     best, found = FAR, -1
@@ -68,7 +76,7 @@ def bottom(s, row, lir_only, busy):
     return found
 
 
-@njit
+@njit(inline="always")
 def prune(s, row, nobody):
     while True:
         x = bottom(s, row, False, nobody)
@@ -77,18 +85,18 @@ def prune(s, row, nobody):
         s.in_s[row, x] = False
 
 
-@njit
+@njit(inline="always")
 def promote(s, row, e, nobody):
     """e (HIR, in S) becomes LIR; the bottom LIR, if over C - H, becomes resident HIR."""
-    s.lir[row, e] = True
-    if np.count_nonzero(s.lir[row]) > s.lirs:
+    mark(s, row, e, True)
+    if s.lirs_now[row] > s.lirs:
         x = bottom(s, row, True, nobody)
-        s.lir[row, x] = False
+        mark(s, row, x, False)
         put(s, row, x, Q)
     prune(s, row, nobody)
 
 
-@njit
+@njit(inline="always")
 def on_hit(s, row, e):
     nobody = s.nobody
     if s.lir[row, e]:
@@ -103,26 +111,26 @@ def on_hit(s, row, e):
         put(s, row, e, Q)
 
 
-@njit
+@njit(inline="always")
 def victim(s, row, e, busy):
-    hir = oldest(s.where[row], s.stamp[row], Q, busy)
+    hir = oldest(s, row, Q, busy)
     return hir if hir >= 0 else bottom(s, row, True, busy)
 
 
-@njit
+@njit(inline="always")
 def on_evict(s, row, e):
     if s.where[row, e] == Q:
         drop(s, row, e)  # a resident HIR: S remembers it, non-resident
         return
-    s.lir[row, e] = False
+    mark(s, row, e, False)
     s.in_s[row, e] = False
     prune(s, row, s.nobody)
 
 
-@njit
+@njit(inline="always")
 def on_insert(s, row, e):
-    if np.count_nonzero(s.lir[row]) < s.lirs:
-        s.lir[row, e] = True
+    if s.lirs_now[row] < s.lirs:
+        mark(s, row, e, True)
         push(s, row, e)
     elif s.in_s[row, e]:
         push(s, row, e)
@@ -149,6 +157,7 @@ class LIRS(CompiledEventPolicy):
             in_s=np.zeros(shape, dtype=np.bool_),
             s_stamp=np.zeros(shape, dtype=np.int64),
             lir=np.zeros(shape, dtype=np.bool_),
+            lirs_now=np.zeros(streams, dtype=np.int64),
             nobody=np.zeros(self.num_experts, dtype=np.bool_),
             lirs=self.lirs,
         )

@@ -46,36 +46,35 @@ class State(NamedTuple):
     threshold: int  # hits in S that earn M
 
 
-@njit
+@njit(inline="always")
 def on_hit(s, row, e):
     s.count[row, e] += 1
 
 
-@njit
+@njit(inline="always")
 def on_miss(s, row, e):
     s.seen[row] = s.where[row, e] == G
     if s.seen[row]:
         drop(s, row, e)
 
 
-@njit
+@njit(inline="always")
 def from_main(s, row, busy):
     """M's CLOCK: the oldest at count 0 goes; older ones go round with one less."""
     while True:
-        x = oldest(s.where[row], s.stamp[row], M, busy)
+        x = oldest(s, row, M, busy)
         if s.count[row, x] == 0:
             return x
         s.count[row, x] = min(s.count[row, x], 3) - 1
         put(s, row, x, M)
 
 
-@njit
+@njit(inline="always")
 def victim(s, row, e, busy):
     s.evicted[row] = True
-    where, stamp = s.where[row], s.stamp[row]
     while True:  # one libCacheSim eviction round: from M, or from S until one goes
-        x = oldest(where, stamp, S, busy)
-        main = oldest(where, stamp, M, busy) >= 0
+        x = oldest(s, row, S, busy)
+        main = oldest(s, row, M, busy) >= 0
         if main and (size(s, row, M) > s.main or x < 0):
             return from_main(s, row, busy)
         while x >= 0:
@@ -83,20 +82,20 @@ def victim(s, row, e, busy):
                 return x
             put(s, row, x, M)
             s.count[row, x] = 0
-            x = oldest(where, stamp, S, busy)
+            x = oldest(s, row, S, busy)
 
 
-@njit
+@njit(inline="always")
 def on_evict(s, row, e):
     was = s.where[row, e]
     drop(s, row, e)
     if was == S and s.ghost:
         put(s, row, e, G)
         if size(s, row, G) > s.ghost:
-            drop(s, row, following(s.where[row], s.stamp[row], G))
+            drop(s, row, following(s, row, G))
 
 
-@njit
+@njit(inline="always")
 def on_insert(s, row, e):
     into_main = s.seen[row] or (not s.evicted[row] and size(s, row, S) >= s.small)
     put(s, row, e, M if into_main else S)

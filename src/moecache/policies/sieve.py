@@ -34,34 +34,33 @@ class State(NamedTuple):
     hand: np.ndarray  # [streams] the hand is at the oldest resident stamped hand or later
 
 
-@njit
+@njit(inline="always")
 def on_hit(s, row, e):
     s.visited[row, e] = True
 
 
-@njit
+@njit(inline="always")
 def victim(s, row, e, busy):
-    where, stamp = s.where[row], s.stamp[row]
-    x = following(where, stamp, QUEUE, s.hand[row])
+    x = following(s, row, QUEUE, s.hand[row])
     while True:
         if x < 0:  # past the newest: wrap to the oldest
-            x = following(where, stamp, QUEUE)
+            x = following(s, row, QUEUE)
         if not busy[x]:
             if not s.visited[row, x]:
-                s.hand[row] = stamp[x]  # after x leaves: the next newer one
+                s.hand[row] = s.stamp[row, x]  # after x leaves: the next newer one
                 return x
             s.visited[row, x] = False
-        x = following(where, stamp, QUEUE, stamp[x] + 1)
+        x = following(s, row, QUEUE, s.stamp[row, x] + 1)
 
 
-@njit
+@njit(inline="always")
 def on_evict(s, row, e):
     drop(s, row, e)
-    if following(s.where[row], s.stamp[row], QUEUE, s.hand[row]) < 0:
+    if following(s, row, QUEUE, s.hand[row]) < 0:
         s.hand[row] = 0  # evicted the newest: the hand wraps to the oldest
 
 
-@njit
+@njit(inline="always")
 def on_insert(s, row, e):
     put(s, row, e, QUEUE)
     s.visited[row, e] = False

@@ -41,7 +41,7 @@ class State(NamedTuple):
     sizes: np.ndarray  # [segments] slots, lowest first
 
 
-@njit
+@njit(inline="always")
 def enter(s, row, e, first, sizes):
     """A new expert enters the lowest segment with room (the lowest when none has)."""
     for i in range(len(sizes)):
@@ -51,44 +51,43 @@ def enter(s, row, e, first, sizes):
     put(s, row, e, first)
 
 
-@njit
+@njit(inline="always")
 def promote(s, row, e, first, sizes):
     """A hit: e up one segment; each segment over its size pushes its tail down one."""
     i = min(s.where[row, e] - first + 1, len(sizes) - 1)
     put(s, row, e, first + i)
     while i > 0 and size(s, row, first + i) > sizes[i]:
-        put(s, row, following(s.where[row], s.stamp[row], first + i), first + i - 1)
+        put(s, row, following(s, row, first + i), first + i - 1)
         i -= 1
 
 
-@njit
+@njit(inline="always")
 def lowest(s, row, busy, first, count):
     """The least recent expert not needed, lowest segment first (-1: none); one pass."""
-    where, stamp = s.where[row], s.stamp[row]
     found, best = -1, (count, 0)
-    for x in range(len(where)):
-        key = (where[x] - first, stamp[x])
+    for x in range(s.where.shape[1]):
+        key = (s.where[row, x] - first, s.stamp[row, x])
         if 0 <= key[0] < count and key < best and not busy[x]:
             found, best = x, key
     return found
 
 
-@njit
+@njit(inline="always")
 def on_hit(s, row, e):
     promote(s, row, e, FIRST, s.sizes)
 
 
-@njit
+@njit(inline="always")
 def victim(s, row, e, busy):
     return lowest(s, row, busy, FIRST, len(s.sizes))
 
 
-@njit
+@njit(inline="always")
 def on_evict(s, row, e):
     drop(s, row, e)
 
 
-@njit
+@njit(inline="always")
 def on_insert(s, row, e):
     enter(s, row, e, FIRST, s.sizes)
 

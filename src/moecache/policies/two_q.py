@@ -39,37 +39,37 @@ class State(NamedTuple):
     aout: int  # A1out's length
 
 
-@njit
+@njit(inline="always")
 def on_hit(s, row, e):
     if s.where[row, e] == AM:
         put(s, row, e, AM)
 
 
-@njit
+@njit(inline="always")
 def on_miss(s, row, e):
     s.seen[row] = s.where[row, e] == OUT
     if s.seen[row]:
         drop(s, row, e)
 
 
-@njit
+@njit(inline="always")
 def victim(s, row, e, busy):
     first, second = (AIN, AM) if size(s, row, AIN) > s.ain else (AM, AIN)
-    x = oldest(s.where[row], s.stamp[row], first, busy)
-    return x if x >= 0 else oldest(s.where[row], s.stamp[row], second, busy)
+    x = oldest(s, row, first, busy)
+    return x if x >= 0 else oldest(s, row, second, busy)
 
 
-@njit
+@njit(inline="always")
 def on_evict(s, row, e):
     was = s.where[row, e]
     drop(s, row, e)
     if was == AIN and s.aout:
         put(s, row, e, OUT)
         if size(s, row, OUT) > s.aout:
-            drop(s, row, following(s.where[row], s.stamp[row], OUT))
+            drop(s, row, following(s, row, OUT))
 
 
-@njit
+@njit(inline="always")
 def on_insert(s, row, e):
     put(s, row, e, AM if s.seen[row] else AIN)
 

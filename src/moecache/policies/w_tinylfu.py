@@ -49,12 +49,12 @@ class State(NamedTuple):
     main: int  # main's slots
 
 
-@njit
+@njit(inline="always")
 def in_main(s, row):
     return size(s, row, MAIN) + size(s, row, MAIN + 1)
 
 
-@njit
+@njit(inline="always")
 def on_hit(s, row, e):
     if s.where[row, e] == WINDOW:
         put(s, row, e, WINDOW)
@@ -67,11 +67,11 @@ def on_hit(s, row, e):
         s.count[row] >>= 1
 
 
-@njit
+@njit(inline="always")
 def victim(s, row, e, busy):
     s.move[row] = -1
     while True:
-        candidate = oldest(s.where[row], s.stamp[row], WINDOW, busy)
+        candidate = oldest(s, row, WINDOW, busy)
         if candidate < 0:
             return lowest(s, row, busy, MAIN, 2)
         if in_main(s, row) < s.main:
@@ -87,7 +87,7 @@ def victim(s, row, e, busy):
         return rival
 
 
-@njit
+@njit(inline="always")
 def on_evict(s, row, e):
     was = s.where[row, e]
     drop(s, row, e)
@@ -95,7 +95,7 @@ def on_evict(s, row, e):
         enter(s, row, s.move[row], MAIN, s.sizes)
 
 
-@njit
+@njit(inline="always")
 def on_insert(s, row, e):
     put(s, row, e, WINDOW)
     s.count[row, e] += 1
