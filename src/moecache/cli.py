@@ -197,10 +197,16 @@ def percent(share) -> str:
 
 
 def cmd_replay(args):
-    from moecache.replay import engine
+    from moecache.replay import engine, stream, tracefile
 
-    demand, source = read_demand(args)
-    report = engine.report(demand, args.capacity, args.rule)
+    if args.trace and tracefile.header(args.trace) is not None:
+        # The trace anyone can write may be a production day: streamed, a batch at a time.
+        report = stream.report(args.trace, args.capacity, args.rule)
+        source, origin = args.trace, None
+    else:
+        demand, source = read_demand(args)
+        report = engine.report(demand, args.capacity, args.rule)
+        origin = demand.origin
     lines = [f"{'rule':34s} {'fills':>7s} {'steady':>8s} {'per token':>9s} {'gap':>7s}"]
     for rule, r in report["rules"].items():
         t = r["totals"]
@@ -209,7 +215,7 @@ def cmd_replay(args):
             f"{rule:34s} {t['fills']:7d} {t['steady']:8d} {rate:>9s} "
             f"{percent(t['gap_recovered']):>7s}"
         )
-    emit(args, report, lines, [source], demand.origin)
+    emit(args, report, lines, [source], origin)
 
 
 def cmd_bound(args):
@@ -295,7 +301,7 @@ def cmd_benchmark_replay(args):
         demand, sources = read_demand(args)[0], [args.trace]
     else:
         demand, sources = benchmark.paper_scale(bench, settings["seed"]), []
-    report = benchmark.run(demand, bench["capacity"], bench["rounds"])
+    report = benchmark.run(demand, bench["capacity"], bench["rounds"], settings["seed"])
     lines = [
         f"{report['requests']:,} requests in {report['streams']} streams; the LP on all "
         f"streams {report['lp']['lp_seconds']:.2f} s"
@@ -304,7 +310,8 @@ def cmd_benchmark_replay(args):
         theirs = r["libcachesim"]
         versus = (
             f"libCacheSim {theirs['algorithm']} {theirs['requests_per_second'] / 1e6:.2f} M "
-            f"req/s (ratio {r['speed_ratio']:.2f})"
+            f"req/s (ratio {r['speed_ratio']:.2f}, 95% "
+            f"{r['speed_ratio_interval'][0]:.2f}-{r['speed_ratio_interval'][1]:.2f})"
             if r["speed_ratio"] is not None
             else f"libCacheSim {theirs['algorithm']} {theirs['skipped']}"
         )

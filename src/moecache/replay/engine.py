@@ -23,6 +23,8 @@ from moecache.policies import EvictionPolicy
 from moecache.policies.base import Pools
 from moecache.replay.demand import Demand
 
+FIELDS = ("insertions", "fills", "steady", "after_fill")
+
 
 @dataclass
 class Counts:
@@ -133,13 +135,35 @@ def gap_recovered(lru: int, oracle: int, rule: int) -> float | None:
 def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dict:
     """Counts per stream and in total for each rule, with the share of the gap between LRU
     and farthest-future (full lookahead) that each rule recovers."""
-    rules = rules or lossless_rules(demand)
-    counts = {text: run(demand, make_rule(text, demand, capacity)) for text in rules}
-    for reference in ("lru", "farthest-future"):
-        if reference not in counts:
-            counts[reference] = run(demand, make_rule(reference, demand, capacity))
+    return report_parts([demand], capacity, rules)
+
+
+def report_parts(parts, capacity: int, rules: list[str] | None = None, progress=None) -> dict:
+    """report() over demand that comes in parts (batches of whole streams, one held at a
+    time: moecache.replay.stream), every rule replaying each part before the next is read.
+    `progress(part)` hears of each part done."""
+    kept, names, sequences, lengths = {}, [], [], []
+    for demand in parts:
+        rules = rules or lossless_rules(demand)
+        wanted = rules + [r for r in ("lru", "farthest-future") if r not in rules]
+        for text in wanted:
+            kept.setdefault(text, []).append(run(demand, make_rule(text, demand, capacity)))
+        names += demand.streams
+        sequences += demand.sequences
+        lengths.append(demand.lengths)
+        shape = demand.num_experts, demand.top_k
+        if progress:
+            progress(demand)
+    if not names:
+        raise MoecacheError("no streams to replay")
+    counts = {
+        text: Counts(*(np.concatenate([getattr(c, f) for c in runs]) for f in FIELDS))
+        for text, runs in kept.items()
+    }
+    lengths = np.concatenate(lengths)
     lru, oracle = counts["lru"].after_fill.sum(), counts["farthest-future"].after_fill.sum()
-    timed = demand.timed_tokens
+    first = dict(zip(sequences, lengths.tolist(), strict=True))
+    timed = sum(n - 1 for n in first.values())
     out = {}
     for text in rules:
         c = counts[text]
@@ -162,8 +186,8 @@ def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dic
                     "after_fill": int(a),
                 }
                 for name, n, i, f, s, a in zip(
-                    demand.streams,
-                    demand.lengths,
+                    names,
+                    lengths,
                     c.insertions,
                     c.fills,
                     c.steady,
@@ -174,10 +198,10 @@ def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dic
         }
     return {
         "capacity": capacity,
-        "experts": demand.num_experts,
-        "top_k": demand.top_k,
-        "streams": len(demand.streams),
-        "tokens": int(demand.lengths.sum()),
+        "experts": shape[0],
+        "top_k": shape[1],
+        "streams": len(names),
+        "tokens": int(lengths.sum()),
         "timed_tokens": timed,
         "rules": out,
     }

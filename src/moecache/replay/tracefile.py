@@ -64,6 +64,11 @@ def header(path) -> dict | None:
     return info
 
 
+def rows(path) -> int:
+    """Rows (layer-tokens) in the trace, from its footer."""
+    return pq.ParquetFile(path).metadata.num_rows
+
+
 def streams(path) -> Iterator[tuple[str, int, np.ndarray]]:
     """(sequence, layer, requests [T, k]) per stream, reading one row group at a time; a
     stream split across row groups is joined. Checks each stream's tokens run 0, 1, ..."""
