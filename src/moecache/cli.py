@@ -338,6 +338,32 @@ def cmd_trace_dump(args):
         print(line)
 
 
+def cmd_benchmark_replay_scale(args):
+    from moecache import provenance
+    from moecache.replay import scale
+
+    shape = {
+        "sequences": args.sequences,
+        "tokens": args.tokens,
+        "layers": args.layers,
+        "experts": args.experts,
+        "top_k": args.top_k,
+    }
+    for name, value in shape.items():
+        if value < 1:
+            raise MoecacheError(f"--{name.replace('_', '-')} {value}: must be at least 1")
+    if not shape["top_k"] <= args.capacity <= shape["experts"]:
+        raise MoecacheError(f"--capacity {args.capacity}: need top-k <= C <= experts")
+    report = scale.run(shape, args.capacity, args.seed, args.tmp)
+    lines = [
+        f"{report['requests']:,} requests ({report['streams']:,} streams), peak memory "
+        f"{report['peak_memory_gib']:.2f} GiB; read alone {report['read_seconds']:.1f} s"
+    ]
+    for rule, r in report["rules"].items():
+        lines.append(f"{rule}: {r['seconds']:.1f} s, {r['requests_per_second'] / 1e6:.2f} M req/s")
+    emit(args, report, lines, origin=provenance.stamp({"replay_scale": shape}, "cpu"))
+
+
 def cmd_choose(args):
     from moecache.report import cost_model
 
@@ -730,6 +756,25 @@ def parser() -> argparse.ArgumentParser:
         if capacity:
             p.add_argument("--capacity", type=int, required=True, help="pool slots (C)")
         return results(p)
+
+    p = results(
+        command(
+            "benchmark-replay-scale",
+            cmd_benchmark_replay_scale,
+            "every rule over a generated trace of production size, streamed: seconds, memory",
+        )
+    )
+    for flag, default, what in (
+        ("--sequences", 400, "sequences"),
+        ("--tokens", 1000, "tokens per sequence"),
+        ("--layers", 32, "MoE layers"),
+        ("--experts", 64, "experts per layer (N)"),
+        ("--top-k", 8, "experts per token (k)"),
+        ("--capacity", 32, "pool slots (C)"),
+        ("--seed", 0, "seed of the generated demand"),
+    ):
+        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
+    p.add_argument("--tmp", type=Path, help="folder for the generated trace (default: $TMPDIR)")
 
     trace = sub.add_parser("trace", help="the routing trace format anyone can write")
     verbs = trace.add_subparsers(dest="verb", required=True)
