@@ -172,3 +172,21 @@ def test_scale_benchmark_runs_small(tmp_path):
     assert set(report["rules"]) == set(whole["rules"])
     for rule, r in report["rules"].items():
         assert r["after_fill"] == whole["rules"][rule]["totals"]["after_fill"], rule
+
+
+def test_lp_refuses_a_stream_too_large_and_points_to_the_proof(monkeypatch):
+    """A stream longer than the LP takes is refused in one line that names it and points
+    to farthest-future, optimal at unit cost."""
+    from moecache.errors import MoecacheError
+    from moecache.replay import bound
+
+    rng = np.random.default_rng(3)
+    demand = from_arrays(np.array([[rng.choice(8, 2, replace=False) for _ in range(30)]]), 8)
+    monkeypatch.setattr(bound, "LP_MAX_REQUESTS", 59)
+    with pytest.raises(MoecacheError) as caught:
+        bound.report(demand, 4)
+    message = str(caught.value)
+    assert "instance-0: 60 requests, too large for the LP" in message and "\n" not in message
+    assert "farthest-future" in message and "docs/optimum.md" in message
+    monkeypatch.setattr(bound, "LP_MAX_REQUESTS", 60)
+    assert bound.report(demand, 4)["totals"]["greedy_optimal"]

@@ -76,10 +76,27 @@ def relative_gap(greedy_copies: int, flat: int) -> float | None:
     return (greedy_copies - flat) / flat
 
 
+LP_MAX_REQUESTS = 1_000_000  # per stream: about a minute of HiGHS at the measured rate
+
+
 def lp_optimum(demand: Demand, capacity: int) -> lp.Optimum:
     """The LP on every stream (unit costs): B* as `after_fill`, with its integrality."""
     demand.check_capacity(capacity)
+    check_lp_size(demand)
     return lp.solve(demand.requests, demand.num_experts, capacity)
+
+
+def check_lp_size(demand: Demand) -> None:
+    """Refuse, in one line, a stream too long for the LP; at unit cost it is not needed."""
+    requests = demand.lengths * demand.top_k
+    if requests.max(initial=0) > LP_MAX_REQUESTS:
+        i = int(np.argmax(requests))
+        raise MoecacheError(
+            f"stream {demand.streams[i]}: {requests[i]:,} requests, too large for the LP "
+            f"(at most {LP_MAX_REQUESTS:,}); at unit cost farthest-future's copies are the "
+            "optimum B* (proof: docs/optimum.md), so `moecache replay --rule "
+            "farthest-future` gives it"
+        )
 
 
 def check_sandwich(flat, best, upper, where) -> None:
