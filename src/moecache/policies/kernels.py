@@ -106,6 +106,15 @@ def drop(s, row, e):
     s.where[row, e] = 0
 
 
+@njit(inline="always")
+def remember(s, row, e, ghosts, length):
+    """Evicted e joins the ghost list `ghosts` (ids only), which keeps its `length` newest."""
+    if length:
+        put(s, row, e, ghosts)
+        if size(s, row, ghosts) > length:
+            drop(s, row, following(s, row, ghosts))
+
+
 def lists(streams: int, width: int) -> dict:
     """The arrays of ordered lists, for a rule's state: where (list 0: none, at most
     LISTS - 1), stamp, clock, and held, each list's length."""

@@ -21,11 +21,11 @@ from moecache.errors import MoecacheError
 from moecache.policies.kernels import (
     CompiledEventPolicy,
     drop,
-    following,
     lists,
     oldest,
     put,
     register,
+    remember,
     size,
 )
 
@@ -89,10 +89,8 @@ def victim(s, row, e, busy):
 def on_evict(s, row, e):
     was = s.where[row, e]
     drop(s, row, e)
-    if was == S and s.ghost:
-        put(s, row, e, G)
-        if size(s, row, G) > s.ghost:
-            drop(s, row, following(s, row, G))
+    if was == S:
+        remember(s, row, e, G, s.ghost)
 
 
 @njit(inline="always")

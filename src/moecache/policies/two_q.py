@@ -18,11 +18,11 @@ from moecache.errors import MoecacheError
 from moecache.policies.kernels import (
     CompiledEventPolicy,
     drop,
-    following,
     lists,
     oldest,
     put,
     register,
+    remember,
     size,
 )
 
@@ -63,10 +63,8 @@ def victim(s, row, e, busy):
 def on_evict(s, row, e):
     was = s.where[row, e]
     drop(s, row, e)
-    if was == AIN and s.aout:
-        put(s, row, e, OUT)
-        if size(s, row, OUT) > s.aout:
-            drop(s, row, following(s, row, OUT))
+    if was == AIN:
+        remember(s, row, e, OUT, s.aout)
 
 
 @njit(inline="always")

@@ -21,34 +21,25 @@ import pyarrow.parquet as pq
 from moecache.atomic import atomic_file
 from moecache.errors import MoecacheError
 from moecache.replay import tracefile
+from moecache.replay.demand import json_lines
 
 KEYS = {"sequence", "layer", "token", "experts"}
 
 
 def rows(path) -> Iterator[tuple[str, dict]]:
     """(where, row) per non-blank line, with the row's keys and types checked."""
-    if not Path(path).is_file():
-        raise MoecacheError(f"{path}: no such file")
-    with open(path) as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise MoecacheError(f"{where}: not JSON ({error.msg})") from None
-            if not isinstance(row, dict) or set(row) != KEYS:
-                raise MoecacheError(f"{where}: need exactly the keys {', '.join(sorted(KEYS))}")
-            experts = row["experts"]
-            ok = isinstance(experts, list) and experts
-            if not ok or any(type(v) is not int for v in [row["layer"], row["token"], *experts]):
-                raise MoecacheError(
-                    f"{where}: layer, token and experts (a non-empty list) must be ints"
-                )
-            if row["layer"] < 0:
-                raise MoecacheError(f"{where}: layer {row['layer']} is negative")
-            yield where, row
+    for where, row in json_lines(path, "file"):
+        if set(row) != KEYS:
+            raise MoecacheError(f"{where}: need exactly the keys {', '.join(sorted(KEYS))}")
+        experts = row["experts"]
+        ok = isinstance(experts, list) and experts
+        if not ok or any(type(v) is not int for v in [row["layer"], row["token"], *experts]):
+            raise MoecacheError(
+                f"{where}: layer, token and experts (a non-empty list) must be ints"
+            )
+        if row["layer"] < 0:
+            raise MoecacheError(f"{where}: layer {row['layer']} is negative")
+        yield where, row
 
 
 class Sequence:
