@@ -145,8 +145,9 @@ def test_foreign_version_is_refused(tmp_path):
 
 def test_streamed_replay_equals_whole_replay(tmp_path):
     """Replaying a trace a few streams at a time (small batches, several row groups) gives
-    the report of replaying it whole, stream for stream and rule for rule."""
-    from moecache.replay import stream
+    the report of replaying it whole, stream for stream and rule for rule; so does the
+    foresight curve."""
+    from moecache.replay import foresight, stream
 
     rng = np.random.default_rng(2)
     requests = np.array([rng.choice(12, 3, replace=False) for _ in range(5 * 3 * 40)])
@@ -156,6 +157,8 @@ def test_streamed_replay_equals_whole_replay(tmp_path):
     parts = list(stream.batches(tmp_path / "t.parquet", tokens=70))
     assert len(parts) > 3 and all(len(p.streams) <= 2 for p in parts)
     assert stream.report(tmp_path / "t.parquet", 5, tokens=70) == whole
+    curve = foresight.curve(tracefile.read_demand(tmp_path / "t.parquet"), 5, [1, 2], 2)
+    assert stream.foresight(tmp_path / "t.parquet", 5, [1, 2], 2, tokens=70) == curve
 
 
 def test_scale_benchmark_runs_small(tmp_path):

@@ -259,10 +259,15 @@ def cmd_optimum(args):
 
 
 def cmd_foresight(args):
-    from moecache.replay import foresight
+    from moecache.replay import foresight, stream, tracefile
 
-    demand, source = read_demand(args)
-    report = foresight.curve(demand, args.capacity, args.foresight, args.heldout_last)
+    if args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
+        report = stream.foresight(args.trace, args.capacity, args.foresight, args.heldout_last)
+        source, origin = args.trace, None
+    else:
+        demand, source = read_demand(args)
+        report = foresight.curve(demand, args.capacity, args.foresight, args.heldout_last)
+        origin = demand.origin
     lines = []
     for name, subset in report["subsets"].items():
         points = ", ".join(
@@ -270,7 +275,7 @@ def cmd_foresight(args):
         )
         causal = ", ".join(f"{r} {percent(s)}" for r, s in subset["causal"].items())
         lines.append(f"{name} ({subset['streams']} streams): foresight {points}; causal {causal}")
-    emit(args, report, lines, [source], demand.origin)
+    emit(args, report, lines, [source], origin)
 
 
 def cmd_optimum_sweep(args):

@@ -46,3 +46,17 @@ def report(path, capacity: int, rules: list[str] | None = None, tokens: int = BA
         return engine.report_parts(
             batches(path, tokens), capacity, rules, lambda d: bar.update(int(d.lengths.sum()))
         )
+
+
+def foresight(path, capacity: int, ks: list[int], heldout_last: int, tokens: int = BATCH_TOKENS):
+    """foresight.curve of the whole trace, a batch at a time, with a progress bar."""
+    from moecache.replay import foresight
+
+    with tqdm(total=tracefile.rows(path), unit="tok", desc="foresight", mininterval=2) as bar:
+
+        def parts():
+            for demand in batches(path, tokens):
+                yield demand
+                bar.update(int(demand.lengths.sum()))
+
+        return foresight.curve_parts(parts(), capacity, ks, heldout_last)
