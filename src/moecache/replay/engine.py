@@ -21,6 +21,7 @@ from moecache import policies
 from moecache.errors import MoecacheError
 from moecache.policies import EvictionPolicy
 from moecache.policies.base import Pools
+from moecache.policies.kernels import CompiledEventPolicy
 from moecache.replay.demand import Demand
 
 FIELDS = ("insertions", "fills", "steady", "after_fill")
@@ -81,7 +82,7 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
     """Replay every stream of `demand` under `policy` (whose capacity is the pool's)."""
     capacity = policy.capacity
     demand.check_capacity(capacity)
-    if hasattr(policy, "replay") and not keep:  # compiled: every stream in one call
+    if isinstance(policy, CompiledEventPolicy) and not keep:  # every stream in one call
         copies, full = policy.replay(demand.requests, demand.lengths)
         return tally(copies, full, capacity, demand)
     # Longest streams first: the streams still running at token t are then the first rows.
