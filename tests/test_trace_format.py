@@ -146,8 +146,8 @@ def test_foreign_version_is_refused(tmp_path):
 def test_streamed_replay_equals_whole_replay(tmp_path):
     """Replaying a trace a few streams at a time (small batches, several row groups) gives
     the report of replaying it whole, stream for stream and rule for rule; so does the
-    foresight curve."""
-    from moecache.replay import foresight, stream
+    foresight curve and the bounds (mixed-precision costs drawn per layer across parts)."""
+    from moecache.replay import bound, foresight, stream
 
     rng = np.random.default_rng(2)
     requests = np.array([rng.choice(12, 3, replace=False) for _ in range(5 * 3 * 40)])
@@ -159,6 +159,17 @@ def test_streamed_replay_equals_whole_replay(tmp_path):
     assert stream.report(tmp_path / "t.parquet", 5, tokens=70) == whole
     curve = foresight.curve(tracefile.read_demand(tmp_path / "t.parquet"), 5, [1, 2], 2)
     assert stream.foresight(tmp_path / "t.parquet", 5, [1, 2], 2, tokens=70) == curve
+    mixed = {"share": 0.5, "cost": 0.5, "seed": 3}
+    bounds = bound.report(tracefile.read_demand(tmp_path / "t.parquet"), 5, mixed)
+    streamed = stream.bounds(tmp_path / "t.parquet", 5, mixed, tokens=70)
+    assert untimed(streamed) == untimed(bounds) and bounds["totals"]["greedy_optimal"]
+
+
+def untimed(report):
+    """A report without its seconds (timings differ run to run)."""
+    if isinstance(report, dict):
+        return {k: untimed(v) for k, v in report.items() if "seconds" not in k}
+    return [untimed(v) for v in report] if isinstance(report, list) else report
 
 
 def test_scale_benchmark_runs_small(tmp_path):

@@ -219,13 +219,18 @@ def cmd_replay(args):
 
 
 def cmd_bound(args):
-    from moecache.replay import bound
+    from moecache.replay import bound, stream, tracefile
 
-    demand, source = read_demand(args)
     mixed = None
     if args.mixed_share is not None:
         mixed = {"share": args.mixed_share, "cost": args.mixed_cost, "seed": args.seed}
-    report = bound.report(demand, args.capacity, mixed)
+    if args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
+        report = stream.bounds(args.trace, args.capacity, mixed)
+        source, origin = args.trace, None
+    else:
+        demand, source = read_demand(args)
+        report = bound.report(demand, args.capacity, mixed)
+        origin = demand.origin
     t = report["totals"]
     lines = [
         f"B_flat {t['b_flat']} <= B* {t['b_star']} <= B_greedy {t['b_greedy']} "
@@ -240,7 +245,7 @@ def cmd_bound(args):
             f"LP {m['lp']:g}, farthest-future {m['farthest_future']:g} "
             f"(+{percent(m['farthest_future_gap'])}), cheapest {m['cheapest']:g}"
         )
-    emit(args, report, lines, [source], demand.origin)
+    emit(args, report, lines, [source], origin)
 
 
 def cmd_optimum(args):

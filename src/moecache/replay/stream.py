@@ -60,3 +60,18 @@ def foresight(path, capacity: int, ks: list[int], heldout_last: int, tokens: int
                 bar.update(int(demand.lengths.sum()))
 
         return foresight.curve_parts(parts(), capacity, ks, heldout_last)
+
+
+def bounds(path, capacity: int, mixed: dict | None = None, tokens: int = BATCH_TOKENS) -> dict:
+    """bound.report of the whole trace, a batch at a time, with a progress bar."""
+    from moecache.replay import bound
+
+    with tqdm(total=tracefile.rows(path), unit="tok", desc="bound", mininterval=2) as bar:
+        return bound.report_parts(counted(batches(path, tokens), bar), capacity, mixed)
+
+
+def counted(parts, bar):
+    """The parts, each counted on the bar once it has been used."""
+    for demand in parts:
+        yield demand
+        bar.update(int(demand.lengths.sum()))
