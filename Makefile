@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 PYTHON ?= python3
 
-.PHONY: venv run test lint pytest gpu-check clean
+.PHONY: venv run test lint pytest gpu-check replay-scale clean
 
 venv: $(STAMP)
 
@@ -40,6 +40,13 @@ pytest: venv
 # results file per machine. Without CUDA it refuses in one line.
 gpu-check: venv
 	moecache gpu-check --out results/gpu-check/$$(hostname).json
+
+# Every rule over a generated trace of 100 million requests (400 sequences x 1000 tokens x
+# 32 layers x top-8 of 64), streamed: seconds per rule and peak memory. Minutes of CPU, so
+# not part of `all`; the result is committed under measured/.
+REPLAY_SCALE ?= --sequences 400 --tokens 1000 --layers 32
+replay-scale: venv
+	moecache benchmark-replay-scale $(REPLAY_SCALE) --out measured/replay-scale/$$(hostname).json
 
 clean:
 	rm -rf results logs benchmarks .snakemake

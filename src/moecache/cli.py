@@ -184,9 +184,11 @@ def cmd_gpu_check(args):
 
 def read_demand(args):
     from moecache.harness import trace
-    from moecache.replay import demand
+    from moecache.replay import demand, tracefile
 
     if args.trace:
+        if tracefile.header(args.trace) is not None:  # the versioned trace anyone can write
+            return tracefile.read_demand(args.trace), args.trace
         return trace.read_demand(args.trace, args.experts), args.trace
     if args.experts is None:
         raise MoecacheError("--demand: give --experts N, the layer's expert count")
@@ -211,10 +213,16 @@ def percent(share) -> str:
 
 
 def cmd_replay(args):
-    from moecache.replay import engine
+    from moecache.replay import engine, stream, tracefile
 
-    demand, source = read_demand(args)
-    report = engine.report(demand, args.capacity, args.rule)
+    if args.trace and tracefile.header(args.trace) is not None:
+        # The trace anyone can write may be a production day: streamed, a batch at a time.
+        report = stream.report(args.trace, args.capacity, args.rule)
+        source, origin = args.trace, None
+    else:
+        demand, source = read_demand(args)
+        report = engine.report(demand, args.capacity, args.rule)
+        origin = demand.origin
     lines = [f"{'rule':34s} {'fills':>7s} {'steady':>8s} {'per token':>9s} {'gap':>7s}"]
     for rule, r in report["rules"].items():
         t = r["totals"]
@@ -223,17 +231,22 @@ def cmd_replay(args):
             f"{rule:34s} {t['fills']:7d} {t['steady']:8d} {rate:>9s} "
             f"{percent(t['gap_recovered']):>7s}"
         )
-    emit(args, report, lines, [source], demand.origin)
+    emit(args, report, lines, [source], origin)
 
 
 def cmd_bound(args):
-    from moecache.replay import bound
+    from moecache.replay import bound, stream, tracefile
 
-    demand, source = read_demand(args)
     mixed = None
     if args.mixed_share is not None:
         mixed = {"share": args.mixed_share, "cost": args.mixed_cost, "seed": args.seed}
-    report = bound.report(demand, args.capacity, mixed)
+    if args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
+        report = stream.bounds(args.trace, args.capacity, mixed)
+        source, origin = args.trace, None
+    else:
+        demand, source = read_demand(args)
+        report = bound.report(demand, args.capacity, mixed)
+        origin = demand.origin
     t = report["totals"]
     lines = [
         f"B_flat {t['b_flat']} <= B* {t['b_star']} <= B_greedy {t['b_greedy']} "
@@ -248,7 +261,7 @@ def cmd_bound(args):
             f"LP {m['lp']:g}, farthest-future {m['farthest_future']:g} "
             f"(+{percent(m['farthest_future_gap'])}), cheapest {m['cheapest']:g}"
         )
-    emit(args, report, lines, [source], demand.origin)
+    emit(args, report, lines, [source], origin)
 
 
 def cmd_optimum(args):
@@ -267,10 +280,15 @@ def cmd_optimum(args):
 
 
 def cmd_foresight(args):
-    from moecache.replay import foresight
+    from moecache.replay import foresight, stream, tracefile
 
-    demand, source = read_demand(args)
-    report = foresight.curve(demand, args.capacity, args.foresight, args.heldout_last)
+    if args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
+        report = stream.foresight(args.trace, args.capacity, args.foresight, args.heldout_last)
+        source, origin = args.trace, None
+    else:
+        demand, source = read_demand(args)
+        report = foresight.curve(demand, args.capacity, args.foresight, args.heldout_last)
+        origin = demand.origin
     lines = []
     for name, subset in report["subsets"].items():
         points = ", ".join(
@@ -278,7 +296,7 @@ def cmd_foresight(args):
         )
         causal = ", ".join(f"{r} {percent(s)}" for r, s in subset["causal"].items())
         lines.append(f"{name} ({subset['streams']} streams): foresight {points}; causal {causal}")
-    emit(args, report, lines, [source], demand.origin)
+    emit(args, report, lines, [source], origin)
 
 
 def cmd_optimum_sweep(args):
@@ -309,7 +327,7 @@ def cmd_benchmark_replay(args):
         demand, sources = read_demand(args)[0], [args.trace]
     else:
         demand, sources = benchmark.paper_scale(bench, settings["seed"]), []
-    report = benchmark.run(demand, bench["capacity"], bench["rounds"])
+    report = benchmark.run(demand, bench["capacity"], bench["rounds"], settings["seed"])
     lines = [
         f"{report['requests']:,} requests in {report['streams']} streams; the LP on all "
         f"streams {report['lp']['lp_seconds']:.2f} s"
@@ -318,7 +336,8 @@ def cmd_benchmark_replay(args):
         theirs = r["libcachesim"]
         versus = (
             f"libCacheSim {theirs['algorithm']} {theirs['requests_per_second'] / 1e6:.2f} M "
-            f"req/s (ratio {r['speed_ratio']:.2f})"
+            f"req/s (ratio {r['speed_ratio']:.2f}, 95% "
+            f"{r['speed_ratio_interval'][0]:.2f}-{r['speed_ratio_interval'][1]:.2f})"
             if r["speed_ratio"] is not None
             else f"libCacheSim {theirs['algorithm']} {theirs['skipped']}"
         )
@@ -326,6 +345,49 @@ def cmd_benchmark_replay(args):
             f"{rule}: replay {r['replay']['requests_per_second'] / 1e6:.2f} M req/s, {versus}"
         )
     emit(args, report, lines, sources, provenance.stamp(settings, "cpu"))
+
+
+def cmd_trace_convert(args):
+    from moecache.replay import convert
+
+    done = convert.convert(args.source, args.out, args.experts, args.group_rows)
+    print(
+        f"{args.out}: {done['rows']:,} rows, {done['sequences']:,} sequences, "
+        f"top-{done['top_k']} of {done['experts']} experts"
+    )
+
+
+def cmd_trace_dump(args):
+    from moecache.replay import convert
+
+    for line in convert.dump(args.trace):
+        print(line)
+
+
+def cmd_benchmark_replay_scale(args):
+    from moecache import provenance
+    from moecache.replay import scale
+
+    shape = {
+        "sequences": args.sequences,
+        "tokens": args.tokens,
+        "layers": args.layers,
+        "experts": args.experts,
+        "top_k": args.top_k,
+    }
+    for name, value in shape.items():
+        if value < 1:
+            raise MoecacheError(f"--{name.replace('_', '-')} {value}: must be at least 1")
+    if not shape["top_k"] <= args.capacity <= shape["experts"]:
+        raise MoecacheError(f"--capacity {args.capacity}: need top-k <= C <= experts")
+    report = scale.run(shape, args.capacity, args.seed, args.tmp)
+    lines = [
+        f"{report['requests']:,} requests ({report['streams']:,} streams), peak memory "
+        f"{report['peak_memory_gib']:.2f} GiB; read alone {report['read_seconds']:.1f} s"
+    ]
+    for rule, r in report["rules"].items():
+        lines.append(f"{rule}: {r['seconds']:.1f} s, {r['requests_per_second'] / 1e6:.2f} M req/s")
+    emit(args, report, lines, origin=provenance.stamp({"replay_scale": shape}, "cpu"))
 
 
 def cmd_choose(args):
@@ -725,7 +787,11 @@ def parser() -> argparse.ArgumentParser:
     def on_demand(p, capacity=True):
         """Demand from a harness trace or a JSON-lines file, and the pool size."""
         source = p.add_mutually_exclusive_group(required=True)
-        source.add_argument("--trace", type=Path, help="a harness trace (Parquet)")
+        source.add_argument(
+            "--trace",
+            type=Path,
+            help="a trace: moecache-trace (docs/trace-format.md) or a harness one",
+        )
         source.add_argument(
             "--demand", type=Path, help='JSON lines: {"stream": id, "tokens": [[e, ...], ...]}'
         )
@@ -733,6 +799,39 @@ def parser() -> argparse.ArgumentParser:
         if capacity:
             p.add_argument("--capacity", type=int, required=True, help="pool slots (C)")
         return results(p)
+
+    p = results(
+        command(
+            "benchmark-replay-scale",
+            cmd_benchmark_replay_scale,
+            "every rule over a generated trace of production size, streamed: seconds, memory",
+        )
+    )
+    for flag, default, what in (
+        ("--sequences", 400, "sequences"),
+        ("--tokens", 1000, "tokens per sequence"),
+        ("--layers", 32, "MoE layers"),
+        ("--experts", 64, "experts per layer (N)"),
+        ("--top-k", 8, "experts per token (k)"),
+        ("--capacity", 32, "pool slots (C)"),
+        ("--seed", 0, "seed of the generated demand"),
+    ):
+        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
+    p.add_argument("--tmp", type=Path, help="folder for the generated trace (default: $TMPDIR)")
+
+    trace = sub.add_parser("trace", help="the routing trace format anyone can write")
+    verbs = trace.add_subparsers(dest="verb", required=True)
+    p = verbs.add_parser("convert", help="JSON lines (one per layer and token) to a trace")
+    p.set_defaults(func=cmd_trace_convert)
+    p.add_argument(
+        "source", type=Path, help='JSON lines: {"sequence", "layer", "token", "experts"}'
+    )
+    p.add_argument("--experts", type=int, required=True, help="experts per layer (N)")
+    p.add_argument("--out", type=Path, required=True, help="the trace to write (Parquet)")
+    p.add_argument("--group-rows", type=int, default=1 << 20, help="rows per row group (about)")
+    p = verbs.add_parser("dump", help="a trace back as JSON lines, stream after stream")
+    p.set_defaults(func=cmd_trace_dump)
+    p.add_argument("trace", type=Path)
 
     p = on_demand(command("replay", cmd_replay, "replay demand under lossless eviction rules"))
     p.add_argument(

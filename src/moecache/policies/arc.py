@@ -12,60 +12,108 @@ Per token: a victim is the least recent resident of the chosen list that the tok
 not need, from the other list when the chosen one holds only the token's experts.
 """
 
-from collections import OrderedDict
-from types import SimpleNamespace
+from typing import NamedTuple
 
-from moecache.policies.base import EventPolicy
+import numpy as np
+from numba import njit
+
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    following,
+    lists,
+    oldest,
+    put,
+    register,
+    size,
+)
+
+NONE, T1, T2, B1, B2 = 0, 1, 2, 3, 4  # list ids; B1 and B2 hold ids of evicted experts
 
 
-class ARC(EventPolicy):
+class State(NamedTuple):
+    where: np.ndarray  # [streams, N] T1, T2, B1, B2 or NONE
+    stamp: np.ndarray  # [streams, N] recency within a list
+    clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
+    p: np.ndarray  # [streams] target size of T1
+    ghost: np.ndarray  # [streams] the ghost list the current miss was found in (NONE)
+    ghostless: np.ndarray  # [streams] the victim leaves no ghost
+    capacity: int
+
+
+@njit(inline="always")
+def on_hit(s, row, e):
+    put(s, row, e, T2)
+
+
+@njit(inline="always")
+def on_miss(s, row, e):
+    s.ghost[row] = NONE
+    if s.where[row, e] == B1:
+        s.p[row] = min(s.p[row] + max(size(s, row, B2) / size(s, row, B1), 1), s.capacity)
+    elif s.where[row, e] == B2:
+        s.p[row] = max(s.p[row] - max(size(s, row, B1) / size(s, row, B2), 1), 0)
+    else:
+        return
+    s.ghost[row] = s.where[row, e]
+    drop(s, row, e)
+
+
+@njit(inline="always")
+def pick(s, row, first, second, busy):
+    x = oldest(s, row, first, busy)
+    return x if x >= 0 else oldest(s, row, second, busy)
+
+
+@njit(inline="always")
+def forget_oldest(s, row, ghosts):
+    drop(s, row, following(s, row, ghosts))
+
+
+@njit(inline="always")
+def victim(s, row, e, busy):
+    t1, t2, b1, b2 = size(s, row, T1), size(s, row, T2), size(s, row, B1), size(s, row, B2)
+    s.ghostless[row] = False
+    if s.ghost[row] == NONE:
+        if t1 + b1 + 1 > s.capacity:
+            if b1 == 0:
+                s.ghostless[row] = True
+                return pick(s, row, T1, T2, busy)
+            forget_oldest(s, row, B1)
+        elif t1 + b1 + t2 + b2 >= 2 * s.capacity and b2:
+            forget_oldest(s, row, B2)
+    p = s.p[row]
+    if (t1 and (t1 > p or (t1 == p and s.ghost[row] == B2))) or not t2:
+        return pick(s, row, T1, T2, busy)
+    return pick(s, row, T2, T1, busy)
+
+
+@njit(inline="always")
+def on_evict(s, row, e):
+    ghosts = B1 if s.where[row, e] == T1 else B2
+    drop(s, row, e)
+    if not s.ghostless[row]:
+        put(s, row, e, ghosts)
+
+
+@njit(inline="always")
+def on_insert(s, row, e):
+    put(s, row, e, T1 if s.ghost[row] == NONE else T2)
+    s.ghost[row] = NONE
+
+
+register(State, on_hit, on_miss, victim, on_evict, on_insert)
+
+
+class ARC(CompiledEventPolicy):
     name = "arc"
 
-    def new_stream(self):
-        t1, t2, b1, b2 = (OrderedDict() for _ in range(4))  # each least recent first
-        return SimpleNamespace(t1=t1, t2=t2, b1=b1, b2=b2, p=0.0, ghost=None, ghostless=False)
-
-    def on_hit(self, s, e):
-        s.t1.pop(e, None)
-        s.t2.pop(e, None)
-        s.t2[e] = None
-
-    def on_miss(self, s, e):
-        s.ghost = None
-        if e in s.b1:
-            s.p = min(s.p + max(len(s.b2) / len(s.b1), 1), self.capacity)
-            del s.b1[e]
-            s.ghost = "b1"
-        elif e in s.b2:
-            s.p = max(s.p - max(len(s.b1) / len(s.b2), 1), 0)
-            del s.b2[e]
-            s.ghost = "b2"
-
-    def victim(self, s, e, needed):
-        s.ghostless = False
-        if s.ghost is None:
-            if len(s.t1) + len(s.b1) + 1 > self.capacity:
-                if not s.b1:
-                    s.ghostless = True
-                    return self.pick(s.t1, s.t2, needed)
-                s.b1.popitem(last=False)
-            elif len(s.t1) + len(s.b1) + len(s.t2) + len(s.b2) >= 2 * self.capacity and s.b2:
-                s.b2.popitem(last=False)
-        t1 = len(s.t1)
-        if (t1 and (t1 > s.p or (t1 == s.p and s.ghost == "b2"))) or not s.t2:
-            return self.pick(s.t1, s.t2, needed)
-        return self.pick(s.t2, s.t1, needed)
-
-    @staticmethod
-    def pick(first, second, needed):
-        return next(x for q in (first, second) for x in q if x not in needed)
-
-    def on_evict(self, s, e):
-        lst, ghosts = (s.t1, s.b1) if e in s.t1 else (s.t2, s.b2)
-        del lst[e]
-        if not s.ghostless:
-            ghosts[e] = None
-
-    def on_insert(self, s, e):
-        (s.t1 if s.ghost is None else s.t2)[e] = None
-        s.ghost = None
+    def new_state(self, streams):
+        return State(
+            **lists(streams, self.num_experts),
+            p=np.zeros(streams, dtype=np.float64),
+            ghost=np.zeros(streams, dtype=np.int64),
+            ghostless=np.zeros(streams, dtype=np.bool_),
+            capacity=self.capacity,
+        )

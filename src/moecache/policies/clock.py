@@ -1,19 +1,71 @@
-"""CLOCK (Corbato 1968), as libCacheSim's Clock: a FIFO queue whose tail is the hand; each
+"""CLOCK (Corbato 1968), as libCacheSim's Clock: a FIFO queue whose following is the hand; each
 expert has an n-bit use counter (`bits`, default 1), 0 on insertion, +1 per hit up to
-2**bits - 1. To evict, the hand takes the tail: a counter above 0 is decremented and the
+2**bits - 1. To evict, the hand takes the following: a counter above 0 is decremented and the
 expert goes to the head; the first expert found at 0 is evicted.
 
 Per token: the hand passes over the token's own experts untouched (they go to the head
 without losing their count), so none of them is evicted for another.
 """
 
-from collections import OrderedDict
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import EventPolicy
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    following,
+    lists,
+    nothing,
+    put,
+    register,
+)
+
+QUEUE = 1
 
 
-class Clock(EventPolicy):
+class State(NamedTuple):
+    where: np.ndarray  # [streams, N] QUEUE while resident
+    stamp: np.ndarray  # [streams, N] queue order, the hand at the lowest
+    clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
+    count: np.ndarray  # [streams, N] use counter
+    most: int  # 2**bits - 1
+
+
+@njit(inline="always")
+def on_hit(s, row, e):
+    s.count[row, e] = min(s.count[row, e] + 1, s.most)
+
+
+@njit(inline="always")
+def victim(s, row, e, busy):
+    while True:
+        x = following(s, row, QUEUE)
+        if s.count[row, x] == 0 and not busy[x]:
+            return x
+        put(s, row, x, QUEUE)
+        if not busy[x]:
+            s.count[row, x] -= 1
+
+
+@njit(inline="always")
+def on_evict(s, row, e):
+    drop(s, row, e)
+
+
+@njit(inline="always")
+def on_insert(s, row, e):
+    put(s, row, e, QUEUE)
+    s.count[row, e] = 0
+
+
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
+class Clock(CompiledEventPolicy):
     name = "clock"
 
     def __init__(self, capacity, num_experts, top_k, bits: int = 1):
@@ -22,23 +74,6 @@ class Clock(EventPolicy):
             raise MoecacheError(f"policy {self.name}: bits {bits} must be >= 1")
         self.most = 2**bits - 1
 
-    def new_stream(self):
-        return OrderedDict()  # expert -> counter, tail (next under the hand) first
-
-    def on_hit(self, s, e):
-        s[e] = min(s[e] + 1, self.most)
-
-    def victim(self, s, e, needed):
-        while True:
-            x, count = next(iter(s.items()))
-            if count == 0 and x not in needed:
-                return x
-            s.move_to_end(x)
-            if x not in needed:
-                s[x] = count - 1
-
-    def on_evict(self, s, e):
-        del s[e]
-
-    def on_insert(self, s, e):
-        s[e] = 0
+    def new_state(self, streams):
+        count = np.zeros((streams, self.num_experts), dtype=np.int64)
+        return State(**lists(streams, self.num_experts), count=count, most=self.most)

@@ -13,71 +13,151 @@ its misses differ; the test holds this rule to a plain reference of the paper's
 algorithm and to libCacheSim within a stated margin. Per token: H >= top_k, so Q always
 holds an expert the token does not need; the victim is the first such in Q (if none, the
 least recent LIR expert the token does not need).
+
+An expert can be in S and Q at once: Q is a list (where, stamp), S its own order (in_s,
+s_stamp).
 """
 
-from collections import OrderedDict
-from types import SimpleNamespace
+from typing import NamedTuple
 
-from moecache.policies.base import EventPolicy
+import numpy as np
+from numba import njit
+
+from moecache.policies.kernels import (
+    FAR,
+    CompiledEventPolicy,
+    drop,
+    lists,
+    nothing,
+    oldest,
+    put,
+    register,
+)
+
+Q = 1
 
 
-class LIRS(EventPolicy):
+class State(NamedTuple):
+    where: np.ndarray  # [streams, N] Q for a resident HIR expert
+    stamp: np.ndarray  # [streams, N] order in Q
+    clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
+    in_s: np.ndarray  # [streams, N] in the stack S
+    s_stamp: np.ndarray  # [streams, N] order in S (higher: nearer the top)
+    lir: np.ndarray  # [streams, N]
+    lirs_now: np.ndarray  # [streams] LIR experts
+    nobody: np.ndarray  # [N] all false: no expert is skipped
+    lirs: int  # C - H: slots of the LIR experts
+
+
+@njit(inline="always")
+def mark(s, row, e, lir):
+    """e becomes LIR (or HIR), counted."""
+    s.lirs_now[row] += lir - s.lir[row, e]
+    s.lir[row, e] = lir
+
+
+@njit(inline="always")
+def push(s, row, e):
+    """e to the top of S."""
+    s.in_s[row, e] = True
+    s.clock[row] += 1
+    s.s_stamp[row, e] = s.clock[row]
+
+
+@njit(inline="always")
+def bottom(s, row, lir_only, busy):
+    """The lowest expert in S (only LIR ones, and none in busy, if asked; -1: none)."""
+    best, found = FAR, -1
+    for x in range(len(busy)):
+        ok = s.in_s[row, x] and not busy[x] and (s.lir[row, x] or not lir_only)
+        if ok and s.s_stamp[row, x] < best:
+            best, found = s.s_stamp[row, x], x
+    return found
+
+
+@njit(inline="always")
+def prune(s, row, nobody):
+    while True:
+        x = bottom(s, row, False, nobody)
+        if x < 0 or s.lir[row, x]:
+            return
+        s.in_s[row, x] = False
+
+
+@njit(inline="always")
+def promote(s, row, e, nobody):
+    """e (HIR, in S) becomes LIR; the bottom LIR, if over C - H, becomes resident HIR."""
+    mark(s, row, e, True)
+    if s.lirs_now[row] > s.lirs:
+        x = bottom(s, row, True, nobody)
+        mark(s, row, x, False)
+        put(s, row, x, Q)
+    prune(s, row, nobody)
+
+
+@njit(inline="always")
+def on_hit(s, row, e):
+    nobody = s.nobody
+    if s.lir[row, e]:
+        push(s, row, e)
+        prune(s, row, nobody)
+    elif s.in_s[row, e]:
+        push(s, row, e)
+        drop(s, row, e)
+        promote(s, row, e, nobody)
+    else:
+        push(s, row, e)
+        put(s, row, e, Q)
+
+
+@njit(inline="always")
+def victim(s, row, e, busy):
+    hir = oldest(s, row, Q, busy)
+    return hir if hir >= 0 else bottom(s, row, True, busy)
+
+
+@njit(inline="always")
+def on_evict(s, row, e):
+    if s.where[row, e] == Q:
+        drop(s, row, e)  # a resident HIR: S remembers it, non-resident
+        return
+    mark(s, row, e, False)
+    s.in_s[row, e] = False
+    prune(s, row, s.nobody)
+
+
+@njit(inline="always")
+def on_insert(s, row, e):
+    if s.lirs_now[row] < s.lirs:
+        mark(s, row, e, True)
+        push(s, row, e)
+    elif s.in_s[row, e]:
+        push(s, row, e)
+        promote(s, row, e, s.nobody)
+    else:
+        push(s, row, e)
+        put(s, row, e, Q)
+
+
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
+class LIRS(CompiledEventPolicy):
     name = "lirs"
 
     def __init__(self, capacity, num_experts, top_k):
         super().__init__(capacity, num_experts, top_k)
         self.lirs = capacity - max(top_k, int(capacity * 0.01))
 
-    def new_stream(self):
-        # s: stack, bottom first; q: resident HIR, front first; lir: the LIR experts
-        return SimpleNamespace(s=OrderedDict(), q=OrderedDict(), lir=set())
-
-    def prune(self, s):
-        while s.s and next(iter(s.s)) not in s.lir:
-            s.s.popitem(last=False)
-
-    def promote(self, s, e):
-        """e (HIR, in S) becomes LIR; the bottom LIR, if over C - H, becomes resident HIR."""
-        s.lir.add(e)
-        if len(s.lir) > self.lirs:
-            bottom = next(x for x in s.s if x in s.lir)
-            s.lir.discard(bottom)
-            s.q[bottom] = None
-        self.prune(s)
-
-    def on_hit(self, s, e):
-        if e in s.lir:
-            s.s.move_to_end(e)
-            self.prune(s)
-        elif e in s.s:
-            s.s.move_to_end(e)
-            del s.q[e]
-            self.promote(s, e)
-        else:
-            s.s[e] = None
-            s.q.move_to_end(e)
-
-    def victim(self, s, e, needed):
-        hir = next((x for x in s.q if x not in needed), None)
-        if hir is not None:
-            return hir
-        return next(x for x in s.s if x in s.lir and x not in needed)
-
-    def on_evict(self, s, e):
-        if s.q.pop(e, False) is None:
-            return  # a resident HIR: S remembers it, non-resident
-        s.lir.discard(e)
-        del s.s[e]
-        self.prune(s)
-
-    def on_insert(self, s, e):
-        if len(s.lir) < self.lirs:
-            s.lir.add(e)
-            s.s[e] = None
-            s.s.move_to_end(e)
-        elif e in s.s:
-            s.s.move_to_end(e)
-            self.promote(s, e)
-        else:
-            s.s[e] = None
-            s.q[e] = None
+    def new_state(self, streams):
+        shape = (streams, self.num_experts)
+        return State(
+            **lists(*shape),
+            in_s=np.zeros(shape, dtype=np.bool_),
+            s_stamp=np.zeros(shape, dtype=np.int64),
+            lir=np.zeros(shape, dtype=np.bool_),
+            lirs_now=np.zeros(streams, dtype=np.int64),
+            nobody=np.zeros(self.num_experts, dtype=np.bool_),
+            lirs=self.lirs,
+        )

@@ -12,14 +12,98 @@ miss is admitted. Per token: S and M yield their oldest experts the token does n
 the token's own stay where they are, counts kept.
 """
 
-from collections import OrderedDict
-from types import SimpleNamespace
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import EventPolicy
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    lists,
+    oldest,
+    put,
+    register,
+    remember,
+    size,
+)
+
+S, M, G = 1, 2, 3  # list ids: small, main, ghost (ids of experts evicted from S)
 
 
-class S3FIFO(EventPolicy):
+class State(NamedTuple):
+    where: np.ndarray  # [streams, N] S, M, G or 0
+    stamp: np.ndarray  # [streams, N] FIFO order within a list
+    clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
+    count: np.ndarray  # [streams, N] hits (M: the CLOCK counter)
+    seen: np.ndarray  # [streams] the current miss was found in G
+    evicted: np.ndarray  # [streams] some expert has been evicted
+    small: int  # S's share
+    ghost: int  # G's length
+    main: int  # M's share
+    threshold: int  # hits in S that earn M
+
+
+@njit(inline="always")
+def on_hit(s, row, e):
+    s.count[row, e] += 1
+
+
+@njit(inline="always")
+def on_miss(s, row, e):
+    s.seen[row] = s.where[row, e] == G
+    if s.seen[row]:
+        drop(s, row, e)
+
+
+@njit(inline="always")
+def from_main(s, row, busy):
+    """M's CLOCK: the oldest at count 0 goes; older ones go round with one less."""
+    while True:
+        x = oldest(s, row, M, busy)
+        if s.count[row, x] == 0:
+            return x
+        s.count[row, x] = min(s.count[row, x], 3) - 1
+        put(s, row, x, M)
+
+
+@njit(inline="always")
+def victim(s, row, e, busy):
+    s.evicted[row] = True
+    while True:  # one libCacheSim eviction round: from M, or from S until one goes
+        x = oldest(s, row, S, busy)
+        main = oldest(s, row, M, busy) >= 0
+        if main and (size(s, row, M) > s.main or x < 0):
+            return from_main(s, row, busy)
+        while x >= 0:
+            if s.count[row, x] < s.threshold:
+                return x
+            put(s, row, x, M)
+            s.count[row, x] = 0
+            x = oldest(s, row, S, busy)
+
+
+@njit(inline="always")
+def on_evict(s, row, e):
+    was = s.where[row, e]
+    drop(s, row, e)
+    if was == S:
+        remember(s, row, e, G, s.ghost)
+
+
+@njit(inline="always")
+def on_insert(s, row, e):
+    into_main = s.seen[row] or (not s.evicted[row] and size(s, row, S) >= s.small)
+    put(s, row, e, M if into_main else S)
+    s.count[row, e] = 0
+
+
+register(State, on_hit, on_miss, victim, on_evict, on_insert)
+
+
+class S3FIFO(CompiledEventPolicy):
     name = "s3-fifo"
 
     def __init__(
@@ -39,45 +123,14 @@ class S3FIFO(EventPolicy):
         self.small, self.ghost = int(capacity * small), int(capacity * ghost)
         self.main, self.threshold = capacity - self.small, threshold
 
-    def new_stream(self):
-        # s, m: expert -> counter, oldest first; g: ghost ids, oldest first
-        return SimpleNamespace(
-            s=OrderedDict(), m=OrderedDict(), g=OrderedDict(), seen=False, evicted=False
+    def new_state(self, streams):
+        flags = {key: np.zeros(streams, dtype=np.bool_) for key in ("seen", "evicted")}
+        return State(
+            **lists(streams, self.num_experts),
+            count=np.zeros((streams, self.num_experts), dtype=np.int64),
+            **flags,
+            small=self.small,
+            ghost=self.ghost,
+            main=self.main,
+            threshold=self.threshold,
         )
-
-    def on_hit(self, s, e):
-        q = s.s if e in s.s else s.m
-        q[e] += 1
-
-    def on_miss(self, s, e):
-        s.seen = s.g.pop(e, False) is None
-
-    def victim(self, s, e, needed):
-        s.evicted = True
-        while True:  # one libCacheSim eviction round: from M, or from S until one goes
-            small = [x for x in s.s if x not in needed]
-            main = any(x not in needed for x in s.m)
-            if main and (len(s.m) > self.main or not small):
-                while True:
-                    x = next(x for x in s.m if x not in needed)
-                    if s.m[x] == 0:
-                        return x
-                    s.m[x] = min(s.m.pop(x), 3) - 1
-            for x in small:
-                if s.s[x] < self.threshold:
-                    return x
-                del s.s[x]
-                s.m[x] = 0
-
-    def on_evict(self, s, e):
-        if s.m.pop(e, None) is not None:
-            return
-        del s.s[e]
-        if self.ghost:
-            s.g[e] = None
-            if len(s.g) > self.ghost:
-                s.g.popitem(last=False)
-
-    def on_insert(self, s, e):
-        into_main = s.seen or (not s.evicted and len(s.s) >= self.small)
-        (s.m if into_main else s.s)[e] = 0

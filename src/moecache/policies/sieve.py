@@ -7,42 +7,72 @@ Per token: the hand passes over the token's own experts untouched, so none of th
 evicted for another (their visited bit survives).
 """
 
-from types import SimpleNamespace
+from typing import NamedTuple
 
-from moecache.policies.base import EventPolicy
+import numpy as np
+from numba import njit
+
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    following,
+    lists,
+    nothing,
+    put,
+    register,
+)
+
+QUEUE = 1
 
 
-class Sieve(EventPolicy):
+class State(NamedTuple):
+    where: np.ndarray  # [streams, N] QUEUE while resident
+    stamp: np.ndarray  # [streams, N] insertion order
+    clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
+    visited: np.ndarray  # [streams, N]
+    hand: np.ndarray  # [streams] the hand is at the oldest resident stamped hand or later
+
+
+@njit(inline="always")
+def on_hit(s, row, e):
+    s.visited[row, e] = True
+
+
+@njit(inline="always")
+def victim(s, row, e, busy):
+    x = following(s, row, QUEUE, s.hand[row])
+    while True:
+        if x < 0:  # past the newest: wrap to the oldest
+            x = following(s, row, QUEUE)
+        if not busy[x]:
+            if not s.visited[row, x]:
+                s.hand[row] = s.stamp[row, x]  # after x leaves: the next newer one
+                return x
+            s.visited[row, x] = False
+        x = following(s, row, QUEUE, s.stamp[row, x] + 1)
+
+
+@njit(inline="always")
+def on_evict(s, row, e):
+    drop(s, row, e)
+    if following(s, row, QUEUE, s.hand[row]) < 0:
+        s.hand[row] = 0  # evicted the newest: the hand wraps to the oldest
+
+
+@njit(inline="always")
+def on_insert(s, row, e):
+    put(s, row, e, QUEUE)
+    s.visited[row, e] = False
+
+
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
+class Sieve(CompiledEventPolicy):
     name = "sieve"
 
-    def new_stream(self):
-        # queue: residents, oldest first; hand: index into it (len(queue): wrap to oldest)
-        return SimpleNamespace(queue=[], visited={}, hand=0)
-
-    def on_hit(self, s, e):
-        s.visited[e] = True
-
-    def victim(self, s, e, needed):
-        i = s.hand
-        while True:
-            if i >= len(s.queue):
-                i = 0
-            x = s.queue[i]
-            if x not in needed:
-                if not s.visited[x]:
-                    s.hand = i
-                    return x
-                s.visited[x] = False
-            i += 1
-
-    def on_evict(self, s, e):
-        i = s.queue.index(e)
-        del s.queue[i], s.visited[e]
-        if i < s.hand:
-            s.hand -= 1
-        if s.hand >= len(s.queue):  # evicted the newest: the hand wraps to the oldest
-            s.hand = 0
-
-    def on_insert(self, s, e):
-        s.queue.append(e)
-        s.visited[e] = False
+    def new_state(self, streams):
+        visited = np.zeros((streams, self.num_experts), dtype=np.bool_)
+        hand = np.zeros(streams, dtype=np.int64)
+        return State(**lists(streams, self.num_experts), visited=visited, hand=hand)

@@ -9,49 +9,87 @@ admits nothing below C = segments); here the remainder goes to the lowest segmen
 the pool holds all C experts: the two agree exactly when segments divides C.
 
 Per token: the victim is the least recent resident, lowest segment first, that the token
-does not need.
+does not need. Segment i is list FIRST + i; W-TinyLFU reuses these functions for its
+main cache.
 """
 
-from collections import OrderedDict
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import EventPolicy
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    following,
+    lists,
+    nothing,
+    put,
+    register,
+    size,
+)
+
+FIRST = 1
 
 
-class Segments:
-    """LRU segments, lowest first, each an OrderedDict with its tail (LRU end) first."""
+class State(NamedTuple):
+    where: np.ndarray  # [streams, N] FIRST + segment while resident
+    stamp: np.ndarray  # [streams, N] recency within a segment
+    clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
+    sizes: np.ndarray  # [segments] slots, lowest first
 
-    def __init__(self, sizes: list[int]):
-        self.sizes, self.lists, self.where = sizes, [OrderedDict() for _ in sizes], {}
 
-    def __len__(self):
-        return len(self.where)
+@njit(inline="always")
+def enter(s, row, e, first, sizes):
+    """A new expert enters the lowest segment with room (the lowest when none has)."""
+    for i in range(len(sizes)):
+        if size(s, row, first + i) < sizes[i]:
+            put(s, row, e, first + i)
+            return
+    put(s, row, e, first)
 
-    def put(self, e, i):
-        self.lists[i][e], self.where[e] = None, i
 
-    def remove(self, e):
-        del self.lists[self.where.pop(e)][e]
+@njit(inline="always")
+def promote(s, row, e, first, sizes):
+    """A hit: e up one segment; each segment over its size pushes its tail down one."""
+    i = min(s.where[row, e] - first + 1, len(sizes) - 1)
+    put(s, row, e, first + i)
+    while i > 0 and size(s, row, first + i) > sizes[i]:
+        put(s, row, following(s, row, first + i), first + i - 1)
+        i -= 1
 
-    def insert(self, e):
-        room = [
-            i for i, (lst, n) in enumerate(zip(self.lists, self.sizes, strict=True)) if len(lst) < n
-        ]
-        self.put(e, room[0] if room else 0)
 
-    def hit(self, e):
-        i = min(self.where[e] + 1, len(self.lists) - 1)
-        self.remove(e)
-        self.put(e, i)
-        while i > 0 and len(self.lists[i]) > self.sizes[i]:  # cool down, one tail a level
-            x = next(iter(self.lists[i]))
-            self.remove(x)
-            self.put(x, i - 1)
-            i -= 1
+@njit(inline="always")
+def lowest(s, row, busy, first, count):
+    """The least recent expert not needed, lowest segment first (-1: none); one pass."""
+    found, best = -1, (count, 0)
+    for x in range(s.where.shape[1]):
+        key = (s.where[row, x] - first, s.stamp[row, x])
+        if 0 <= key[0] < count and key < best and not busy[x]:
+            found, best = x, key
+    return found
 
-    def victim(self, needed):
-        """The least recent expert not in `needed`, lowest segment first (None: none)."""
-        return next((x for lst in self.lists for x in lst if x not in needed), None)
+
+@njit(inline="always")
+def on_hit(s, row, e):
+    promote(s, row, e, FIRST, s.sizes)
+
+
+@njit(inline="always")
+def victim(s, row, e, busy):
+    return lowest(s, row, busy, FIRST, len(s.sizes))
+
+
+@njit(inline="always")
+def on_evict(s, row, e):
+    drop(s, row, e)
+
+
+@njit(inline="always")
+def on_insert(s, row, e):
+    enter(s, row, e, FIRST, s.sizes)
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -59,7 +97,10 @@ def split(total: int, parts: int) -> list[int]:
     return [total // parts + (i < total % parts) for i in range(parts)]
 
 
-class SLRU(EventPolicy):
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
+class SLRU(CompiledEventPolicy):
     name = "slru"
 
     def __init__(self, capacity, num_experts, top_k, segments: int = 4):
@@ -68,17 +109,6 @@ class SLRU(EventPolicy):
             raise MoecacheError(f"policy {self.name}: segments {segments} must be >= 1")
         self.segments = segments
 
-    def new_stream(self):
-        return Segments(split(self.capacity, self.segments))
-
-    def on_hit(self, s, e):
-        s.hit(e)
-
-    def victim(self, s, e, needed):
-        return s.victim(needed)
-
-    def on_evict(self, s, e):
-        s.remove(e)
-
-    def on_insert(self, s, e):
-        s.insert(e)
+    def new_state(self, streams):
+        sizes = np.array(split(self.capacity, self.segments), dtype=np.int64)
+        return State(**lists(streams, self.num_experts), sizes=sizes)

@@ -9,14 +9,73 @@ takes every miss into A1in. Per token: victims are the oldest (least recent) res
 the token does not need, from the other queue when the chosen one holds none.
 """
 
-from collections import OrderedDict
-from types import SimpleNamespace
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import EventPolicy
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    lists,
+    oldest,
+    put,
+    register,
+    remember,
+    size,
+)
+
+AIN, AM, OUT = 1, 2, 3  # list ids; OUT holds ids of evicted experts
 
 
-class TwoQ(EventPolicy):
+class State(NamedTuple):
+    where: np.ndarray  # [streams, N] AIN, AM, OUT or 0
+    stamp: np.ndarray  # [streams, N] order within a list
+    clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
+    seen: np.ndarray  # [streams] the current miss was found in OUT
+    ain: int  # A1in's share
+    aout: int  # A1out's length
+
+
+@njit(inline="always")
+def on_hit(s, row, e):
+    if s.where[row, e] == AM:
+        put(s, row, e, AM)
+
+
+@njit(inline="always")
+def on_miss(s, row, e):
+    s.seen[row] = s.where[row, e] == OUT
+    if s.seen[row]:
+        drop(s, row, e)
+
+
+@njit(inline="always")
+def victim(s, row, e, busy):
+    first, second = (AIN, AM) if size(s, row, AIN) > s.ain else (AM, AIN)
+    x = oldest(s, row, first, busy)
+    return x if x >= 0 else oldest(s, row, second, busy)
+
+
+@njit(inline="always")
+def on_evict(s, row, e):
+    was = s.where[row, e]
+    drop(s, row, e)
+    if was == AIN:
+        remember(s, row, e, OUT, s.aout)
+
+
+@njit(inline="always")
+def on_insert(s, row, e):
+    put(s, row, e, AM if s.seen[row] else AIN)
+
+
+register(State, on_hit, on_miss, victim, on_evict, on_insert)
+
+
+class TwoQ(CompiledEventPolicy):
     name = "two-q"
 
     def __init__(self, capacity, num_experts, top_k, ain: float = 0.25, aout: float = 0.5):
@@ -25,28 +84,6 @@ class TwoQ(EventPolicy):
             raise MoecacheError(f"policy {self.name}: need 0 <= ain {ain} < 1, aout {aout} >= 0")
         self.ain, self.aout = int(capacity * ain), int(capacity * aout)
 
-    def new_stream(self):
-        return SimpleNamespace(ain=OrderedDict(), am=OrderedDict(), out=OrderedDict(), seen=False)
-
-    def on_hit(self, s, e):
-        if e in s.am:
-            s.am.move_to_end(e)
-
-    def on_miss(self, s, e):
-        s.seen = s.out.pop(e, False) is None
-
-    def victim(self, s, e, needed):
-        first, second = (s.ain, s.am) if len(s.ain) > self.ain else (s.am, s.ain)
-        return next(x for q in (first, second) for x in q if x not in needed)
-
-    def on_evict(self, s, e):
-        if s.am.pop(e, False) is None:
-            return
-        del s.ain[e]
-        if self.aout:
-            s.out[e] = None
-            if len(s.out) > self.aout:
-                s.out.popitem(last=False)
-
-    def on_insert(self, s, e):
-        (s.am if s.seen else s.ain)[e] = None
+    def new_state(self, streams):
+        seen = np.zeros(streams, dtype=np.bool_)
+        return State(**lists(streams, self.num_experts), seen=seen, ain=self.ain, aout=self.aout)

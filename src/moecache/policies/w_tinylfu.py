@@ -16,15 +16,95 @@ The test holds this rule to a plain reference and to libCacheSim within a stated
 Per token: candidates and victims are the least recent experts the token does not need.
 """
 
-from collections import OrderedDict
-from types import SimpleNamespace
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import EventPolicy
-from moecache.policies.slru import Segments
+from moecache.policies.kernels import (
+    CompiledEventPolicy,
+    drop,
+    lists,
+    nothing,
+    oldest,
+    put,
+    register,
+    size,
+)
+from moecache.policies.slru import enter, lowest, promote
+
+WINDOW, MAIN = 1, 2  # list ids: the window, then main's segments (probation, protected)
 
 
-class WTinyLFU(EventPolicy):
+class State(NamedTuple):
+    where: np.ndarray  # [streams, N] WINDOW, MAIN + segment, or 0
+    stamp: np.ndarray  # [streams, N] recency within a list
+    clock: np.ndarray  # [streams]
+    held: np.ndarray  # [streams, LISTS] length of each list
+    count: np.ndarray  # [streams, N] frequency (kept after eviction, halved)
+    hits: np.ndarray  # [streams] hits in main since the last halving
+    move: np.ndarray  # [streams] the candidate that displaced main's victim (-1: none)
+    sizes: np.ndarray  # main's segments: probation, protected
+    main: int  # main's slots
+
+
+@njit(inline="always")
+def in_main(s, row):
+    return size(s, row, MAIN) + size(s, row, MAIN + 1)
+
+
+@njit(inline="always")
+def on_hit(s, row, e):
+    if s.where[row, e] == WINDOW:
+        put(s, row, e, WINDOW)
+        return
+    promote(s, row, e, MAIN, s.sizes)
+    s.count[row, e] += 1
+    s.hits[row] += 1
+    if s.hits[row] >= 32 * s.main:
+        s.hits[row] = 0
+        s.count[row] >>= 1
+
+
+@njit(inline="always")
+def victim(s, row, e, busy):
+    s.move[row] = -1
+    while True:
+        candidate = oldest(s, row, WINDOW, busy)
+        if candidate < 0:
+            return lowest(s, row, busy, MAIN, 2)
+        if in_main(s, row) < s.main:
+            enter(s, row, candidate, MAIN, s.sizes)
+            s.count[row, candidate] += 1
+            continue
+        rival = lowest(s, row, busy, MAIN, 2)
+        won = rival >= 0 and s.count[row, candidate] > s.count[row, rival]
+        s.count[row, candidate] += 1
+        if not won:
+            return candidate
+        s.move[row] = candidate
+        return rival
+
+
+@njit(inline="always")
+def on_evict(s, row, e):
+    was = s.where[row, e]
+    drop(s, row, e)
+    if was != WINDOW and s.move[row] >= 0:
+        enter(s, row, s.move[row], MAIN, s.sizes)
+
+
+@njit(inline="always")
+def on_insert(s, row, e):
+    put(s, row, e, WINDOW)
+    s.count[row, e] += 1
+
+
+register(State, on_hit, nothing, victim, on_evict, on_insert)
+
+
+class WTinyLFU(CompiledEventPolicy):
     name = "w-tinylfu"
 
     def __init__(self, capacity, num_experts, top_k, window: float = 0.01):
@@ -35,50 +115,13 @@ class WTinyLFU(EventPolicy):
         self.main = capacity - self.window
         self.protected = int(self.main * 0.8)
 
-    def new_stream(self):
-        main = Segments([self.main - self.protected, self.protected])
-        return SimpleNamespace(w=OrderedDict(), m=main, count={}, hits=0, move=None)
-
-    def add(self, s, e):
-        s.count[e] = s.count.get(e, 0) + 1
-
-    def on_hit(self, s, e):
-        if e in s.w:
-            s.w.move_to_end(e)
-            return
-        s.m.hit(e)
-        self.add(s, e)
-        s.hits += 1
-        if s.hits >= 32 * self.main:
-            s.hits, s.count = 0, {x: c >> 1 for x, c in s.count.items()}
-
-    def victim(self, s, e, needed):
-        s.move = None
-        while True:
-            candidate = next((x for x in s.w if x not in needed), None)
-            if candidate is None:
-                return s.m.victim(needed)
-            if len(s.m) < self.main:
-                del s.w[candidate]
-                s.m.insert(candidate)
-                self.add(s, candidate)
-                continue
-            rival = s.m.victim(needed)
-            won = rival is not None and s.count.get(candidate, 0) > s.count.get(rival, 0)
-            self.add(s, candidate)
-            if not won:
-                return candidate
-            s.move = candidate
-            return rival
-
-    def on_evict(self, s, e):
-        if s.w.pop(e, False) is None:
-            return
-        s.m.remove(e)
-        if s.move is not None:
-            del s.w[s.move]
-            s.m.insert(s.move)
-
-    def on_insert(self, s, e):
-        s.w[e] = None
-        self.add(s, e)
+    def new_state(self, streams):
+        n = self.num_experts
+        return State(
+            **lists(streams, n),
+            count=np.zeros((streams, n), dtype=np.int64),
+            hits=np.zeros(streams, dtype=np.int64),
+            move=np.full(streams, -1, dtype=np.int64),
+            sizes=np.array([self.main - self.protected, self.protected], dtype=np.int64),
+            main=self.main,
+        )

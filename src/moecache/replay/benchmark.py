@@ -3,8 +3,10 @@
 Ours replays with per-token semantics (a token's experts arrive together and none of them
 may be evicted for another); libCacheSim replays the same demand flattened to single
 requests, its native model. Rounds interleave the two so that machine noise hits both;
-speed is requests per second at each side's fastest round. The exact optimum (the LP of
-moecache.replay.lp) is timed once on all the streams, beside its farthest-future scan.
+speed is requests per second at each side's median round, and the ratio (libCacheSim's
+seconds over ours, summed over the rounds) comes with a bootstrap interval over rounds.
+The exact optimum (the LP of moecache.replay.lp) is timed once on all the streams, beside
+its farthest-future scan.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import time
 
 import numpy as np
 
+from moecache import intervals
 from moecache.policies import POLICIES, EventPolicy
+from moecache.policies.kernels import CompiledEventPolicy
 from moecache.replay import engine, lp, optimum, reference
 from moecache.replay.demand import Demand, padded
-
-EVENT_ROUNDS = 3  # rounds for the rules that loop over streams
 
 
 def paper_scale(settings: dict, seed: int) -> Demand:
@@ -41,48 +43,32 @@ def paper_scale(settings: dict, seed: int) -> Demand:
     return Demand(streams, sequences, requests, lengths, settings["experts"])
 
 
-def run(demand: Demand, capacity: int, rounds: int) -> dict:
+def run(demand: Demand, capacity: int, rounds: int, seed: int = 0) -> dict:
+    """Every rule beside libCacheSim's same algorithm, interleaved: each round times every
+    rule, ours then libCacheSim's, so that a slow stretch of the machine hits both. A first
+    untimed run compiles the compiled rules (its seconds are reported apart)."""
     requests = int(demand.lengths.sum()) * demand.top_k
-    out = {}
+    rules = [r for r in engine.lossless_rules(demand) if r in reference.ALGORITHMS] + [
+        r for r in engine.lossless_rules(demand) if r not in reference.ALGORITHMS
+    ]
+    ours, theirs = {rule: [] for rule in rules}, {rule: [] for rule in rules}
+    counts, misses = {}, {}
     with reference.oracle_trace(demand) as trace:
-        for rule, algorithm in reference.ALGORITHMS.items():
-            ours, theirs = [], []
-            # Rules driven by events step each stream in Python, about 20x slower than the
-            # vectorised ones: fewer rounds keep the job short.
-            vectorised = not issubclass(POLICIES[rule], EventPolicy)
-            compared = reference.runs(rule, capacity)
-            for _ in range(rounds if vectorised else min(rounds, EVENT_ROUNDS)):
-                # Building the rule counts: farthest future reads the whole stream ahead.
-                start = time.perf_counter()
-                counts = engine.run(demand, engine.make_rule(rule, demand, capacity))
-                ours.append(time.perf_counter() - start)
-                if compared:
-                    misses, seconds = reference.simulate(trace, capacity, rule)
-                    theirs.append(seconds)
-            out[rule] = {
-                "replay": {
-                    "vectorised": vectorised,
-                    "rounds": len(ours),
-                    "best_seconds": min(ours),
-                    "median_seconds": statistics.median(ours),
-                    "requests_per_second": requests / min(ours),
-                    "insertions": int(counts.insertions.sum()),
-                    "after_fill": int(counts.after_fill.sum()),
-                },
-                "libcachesim": {
-                    "algorithm": algorithm,
-                    "best_seconds": min(theirs),
-                    "median_seconds": statistics.median(theirs),
-                    "requests_per_second": requests / min(theirs),
-                    "misses": misses,
-                }
-                if compared
-                else {
-                    "algorithm": algorithm,
-                    "skipped": f"needs capacity >= {reference.MIN_CAPACITY[rule]}",
-                },
-                "speed_ratio": min(theirs) / min(ours) if compared else None,
-            }
+        first = {rule: timed(demand, rule, capacity)[1] for rule in rules}
+        for _ in range(rounds):
+            for rule in rules:
+                counts[rule], seconds = timed(demand, rule, capacity)
+                ours[rule].append(seconds)
+                if rule in reference.ALGORITHMS and reference.runs(rule, capacity):
+                    misses[rule], seconds = reference.simulate(trace, capacity, rule)
+                    theirs[rule].append(seconds)
+    out = {}
+    for rule in rules:
+        out[rule] = speed(rule, requests, ours[rule], theirs[rule], first[rule], seed)
+        out[rule]["replay"]["insertions"] = int(counts[rule].insertions.sum())
+        out[rule]["replay"]["after_fill"] = int(counts[rule].after_fill.sum())
+        if rule in misses:
+            out[rule]["libcachesim"]["misses"] = misses[rule]
     return {
         "streams": len(demand.streams),
         "tokens": int(demand.lengths.sum()),
@@ -93,6 +79,49 @@ def run(demand: Demand, capacity: int, rounds: int) -> dict:
         "capacity": capacity,
         "rounds": rounds,
         "rules": out,
+    }
+
+
+def timed(demand: Demand, rule: str, capacity: int):
+    """One replay of every stream, and its seconds; building the rule counts (farthest
+    future reads the whole stream ahead)."""
+    start = time.perf_counter()
+    counts = engine.run(demand, engine.make_rule(rule, demand, capacity))
+    return counts, time.perf_counter() - start
+
+
+def speed(rule: str, requests: int, ours: list, theirs: list, first: float, seed: int) -> dict:
+    """Rates at the median round; the ratio is libCacheSim's time over ours summed over
+    the rounds, with a 95% bootstrap interval over the rounds (pairs of one round)."""
+    policy = POLICIES[rule]
+    replay = {
+        "engine": "numba" if issubclass(policy, CompiledEventPolicy) else "numpy",
+        "vectorised": not issubclass(policy, EventPolicy),
+        "rounds": len(ours),
+        "first_seconds": first,  # the untimed first run, compilation included
+        "best_seconds": min(ours),
+        "median_seconds": statistics.median(ours),
+        "requests_per_second": requests / statistics.median(ours),
+    }
+    algorithm = reference.ALGORITHMS.get(rule)
+    if not theirs:
+        skipped = f"needs capacity >= {reference.MIN_CAPACITY[rule]}" if algorithm else "none"
+        return {
+            "replay": replay,
+            "libcachesim": {"algorithm": algorithm, "skipped": skipped},
+            "speed_ratio": None,
+            "speed_ratio_interval": None,
+        }
+    return {
+        "replay": replay,
+        "libcachesim": {
+            "algorithm": algorithm,
+            "best_seconds": min(theirs),
+            "median_seconds": statistics.median(theirs),
+            "requests_per_second": requests / statistics.median(theirs),
+        },
+        "speed_ratio": sum(theirs) / sum(ours),
+        "speed_ratio_interval": intervals.bootstrap_ratio(theirs, ours, seed),
     }
 
 

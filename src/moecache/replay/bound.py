@@ -76,10 +76,27 @@ def relative_gap(greedy_copies: int, flat: int) -> float | None:
     return (greedy_copies - flat) / flat
 
 
+LP_MAX_REQUESTS = 1_000_000  # per stream: about a minute of HiGHS at the measured rate
+
+
 def lp_optimum(demand: Demand, capacity: int) -> lp.Optimum:
     """The LP on every stream (unit costs): B* as `after_fill`, with its integrality."""
     demand.check_capacity(capacity)
+    check_lp_size(demand)
     return lp.solve(demand.requests, demand.num_experts, capacity)
+
+
+def check_lp_size(demand: Demand) -> None:
+    """Refuse, in one line, a stream too long for the LP; at unit cost it is not needed."""
+    requests = demand.lengths * demand.top_k
+    if requests.max(initial=0) > LP_MAX_REQUESTS:
+        i = int(np.argmax(requests))
+        raise MoecacheError(
+            f"stream {demand.streams[i]}: {requests[i]:,} requests, too large for the LP "
+            f"(at most {LP_MAX_REQUESTS:,}); at unit cost farthest-future's copies are the "
+            "optimum B* (proof: docs/optimum.md), so `moecache replay --rule "
+            "farthest-future` gives it"
+        )
 
 
 def check_sandwich(flat, best, upper, where) -> None:
@@ -110,18 +127,39 @@ def lp_summary(result: lp.Optimum) -> dict:
 def report(demand: Demand, capacity: int, mixed: dict | None = None) -> dict:
     """Bounds per stream and in total; `mixed` ({share, cost, seed}) adds the non-unit-cost
     experiment."""
-    demand.check_capacity(capacity)
-    flat, orders = flat_bound(demand, capacity)
-    upper = farthest_future(demand, capacity)
-    result = lp_optimum(demand, capacity)
-    best = result.after_fill
-    check_sandwich(flat, best, upper, stream_named(demand))
+    return report_parts([demand], capacity, mixed)
+
+
+def report_parts(parts, capacity: int, mixed: dict | None = None) -> dict:
+    """report() over demand in parts (batches of whole streams, moecache.replay.stream),
+    each part bounded before the next is read; the mixed-precision costs are drawn per
+    layer as the layers first appear, across the parts."""
+    names, flat, orders, upper, optima, seconds, rows = [], [], [], [], [], 0.0, []
+    draws = None if mixed is None else {"rng": np.random.default_rng(mixed["seed"]), "layers": {}}
+    for demand in parts:
+        demand.check_capacity(capacity)
+        f, o = flat_bound(demand, capacity)
+        g = farthest_future(demand, capacity)
+        result = lp_optimum(demand, capacity)
+        check_sandwich(f, result.after_fill, g, stream_named(demand))
+        names += demand.streams
+        flat.append(f)
+        orders += o
+        upper.append(g)
+        optima += result.streams
+        seconds += result.seconds
+        shape = demand.num_experts, demand.top_k
+        if draws is not None:
+            costs = drawn_costs(demand, mixed["share"], mixed["cost"], draws)
+            rows += mixed_rows(demand, capacity, costs)
+    result = lp.Optimum(optima, seconds)
+    flat, upper, best = np.concatenate(flat), np.concatenate(upper), result.after_fill
     gaps = [relative_gap(int(g), int(f)) for g, f in zip(upper, flat, strict=True)]
     total_flat, total_greedy, total_best = int(flat.sum()), int(upper.sum()), int(best.sum())
     return {
         "capacity": capacity,
-        "experts": demand.num_experts,
-        "top_k": demand.top_k,
+        "experts": shape[0],
+        "top_k": shape[1],
         "orders_tried": list(ORDERS),
         "totals": {
             "b_flat": total_flat,
@@ -133,7 +171,7 @@ def report(demand: Demand, capacity: int, mixed: dict | None = None) -> dict:
             "greedy_optimal": bool((upper == best).all()),
             "greedy_optimal_share": float(np.mean(upper == best)),
             **lp_summary(result),
-            "streams": len(demand.streams),
+            "streams": len(names),
             "coincide_share": float(np.mean(upper == flat)),
             "median_stream_gap": statistics.median(g for g in gaps if g is not None),
             "tightest_order_counts": {o: orders.count(o) for o in ORDERS},
@@ -151,10 +189,10 @@ def report(demand: Demand, capacity: int, mixed: dict | None = None) -> dict:
                 "tightest_order": order,
             }
             for name, f, b, g, gap, order, o in zip(
-                demand.streams, flat, best, upper, gaps, orders, result.streams, strict=True
+                names, flat, best, upper, gaps, orders, result.streams, strict=True
             )
         ],
-        "mixed_precision": None if mixed is None else mixed_precision(demand, capacity, **mixed),
+        "mixed_precision": None if mixed is None else mixed_totals(rows, shape[0], **mixed),
     }
 
 
@@ -248,13 +286,19 @@ def mixed_costs(demand: Demand, share: float, cost: float, seed: int) -> np.ndar
     """[streams, N] copy cost per expert: in each layer a seeded random `share` of the
     experts is kept at lower precision and costs `cost` a copy, the others 1 (the same
     experts for every sequence, as a deployment would fix them)."""
-    rng = np.random.default_rng(seed)
-    low = round(share * demand.num_experts)
-    per_layer = {}
+    draws = {"rng": np.random.default_rng(seed), "layers": {}}
+    return drawn_costs(demand, share, cost, draws)
+
+
+def drawn_costs(demand: Demand, share: float, cost: float, draws: dict) -> np.ndarray:
+    """mixed_costs, drawing each layer's costs from draws["rng"] the first time the layer
+    is seen (kept in draws["layers"]), so parts of one trace share them."""
+    low, per_layer = round(share * demand.num_experts), draws["layers"]
     for layer in dict.fromkeys(map(layer_of, demand.streams)):  # first-seen order
-        costs = np.ones(demand.num_experts)
-        costs[rng.choice(demand.num_experts, low, replace=False)] = cost
-        per_layer[layer] = costs
+        if layer not in per_layer:
+            costs = np.ones(demand.num_experts)
+            costs[draws["rng"].choice(demand.num_experts, low, replace=False)] = cost
+            per_layer[layer] = costs
     return np.stack([per_layer[layer_of(s)] for s in demand.streams])
 
 
@@ -263,7 +307,12 @@ def mixed_precision(demand: Demand, capacity: int, share: float, cost: float, se
     evicts the cheapest to reload) under mixed-precision costs. Costs are reload costs:
     the total minus each requested expert's first load, which every schedule pays."""
     demand.check_capacity(capacity)
-    costs = mixed_costs(demand, share, cost, seed)
+    rows = mixed_rows(demand, capacity, mixed_costs(demand, share, cost, seed))
+    return mixed_totals(rows, demand.num_experts, share, cost, seed)
+
+
+def mixed_rows(demand: Demand, capacity: int, costs: np.ndarray) -> list[dict]:
+    """Per stream: the reload costs of the LP, farthest-future and cheapest-first."""
     n, rows = demand.num_experts, []
     for s, name in enumerate(demand.streams):
         requests, w = demand.requests[s], costs[s]
@@ -284,6 +333,11 @@ def mixed_precision(demand: Demand, capacity: int, share: float, cost: float, se
                 "seconds": best.seconds,
             }
         )
+    return rows
+
+
+def mixed_totals(rows: list[dict], n: int, share: float, cost: float, seed: int) -> dict:
+    """The mixed-precision section of a report from its per-stream rows."""
     lp_cost, ff_cost, cheap_cost = (
         sum(r[k] for r in rows) for k in ("lp", "farthest_future", "cheapest")
     )

@@ -92,21 +92,30 @@ def from_arrays(requests: np.ndarray, num_experts: int, prefix: str = "instance"
     return Demand(names, names, requests, lengths, num_experts)
 
 
+def json_lines(path, what: str):
+    """(where, object) per non-blank line of a JSON-lines file; `where` is path:line."""
+    if not Path(path).is_file():
+        raise MoecacheError(f"{path}: no such {what}")
+    with open(path) as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise MoecacheError(f"{where}: not JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise MoecacheError(f"{where}: not a JSON object")
+            yield where, row
+
+
 def read_jsonl(path, num_experts: int) -> Demand:
     """One stream a line: {"stream": "<id>", "tokens": [[e, ...], ...]}; every token
     requests the same number of distinct experts."""
-    if not Path(path).is_file():
-        raise MoecacheError(f"{path}: no such demand file")
     streams, tokens = [], []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise MoecacheError(f"{where}: not JSON ({error.msg})") from None
-        if not isinstance(row, dict) or set(row) != {"stream", "tokens"}:
+    for where, row in json_lines(path, "demand file"):
+        if set(row) != {"stream", "tokens"}:
             raise MoecacheError(f'{where}: need exactly the keys "stream" and "tokens"')
         name, stream = str(row["stream"]), row["tokens"]
         if name in streams:

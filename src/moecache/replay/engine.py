@@ -21,7 +21,10 @@ from moecache import policies
 from moecache.errors import MoecacheError
 from moecache.policies import EvictionPolicy
 from moecache.policies.base import Pools
+from moecache.policies.kernels import CompiledEventPolicy
 from moecache.replay.demand import Demand
+
+FIELDS = ("insertions", "fills", "steady", "after_fill")
 
 
 @dataclass
@@ -79,6 +82,9 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
     """Replay every stream of `demand` under `policy` (whose capacity is the pool's)."""
     capacity = policy.capacity
     demand.check_capacity(capacity)
+    if isinstance(policy, CompiledEventPolicy) and not keep:  # every stream in one call
+        copies, full = policy.replay(demand.requests, demand.lengths)
+        return tally(copies, full, capacity, demand)
     # Longest streams first: the streams still running at token t are then the first rows.
     order = np.argsort(-demand.lengths, kind="stable")
     requests, lengths = demand.requests[order], demand.lengths[order]
@@ -105,19 +111,21 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
             residents[t, :n] = pools.resident[:n]
             np.put(evictions[t], step.victims, True)
     back = np.argsort(order)
-    insertions = copies.sum(axis=0)[back]
-    # The harness's split: copies count as fills until the pool has been full once.
-    steady = (copies * full).sum(axis=0)[back]
-    counts = Counts(
-        insertions,
-        insertions - steady,
-        steady,
-        insertions - np.minimum(capacity, demand.distinct),
-    )
+    counts = tally(copies.T[back], full.T[back], capacity, demand)
     if keep:
         counts.residents = residents.transpose(1, 0, 2)[back]
         counts.evictions = evictions.transpose(1, 0, 2)[back]
     return counts
+
+
+def tally(copies: np.ndarray, full: np.ndarray, capacity: int, demand: Demand) -> Counts:
+    """Counts from the copies of each token [streams, T] and whether its pool was full."""
+    insertions = copies.sum(axis=1)
+    # The harness's split: copies count as fills until the pool has been full once.
+    steady = (copies * full).sum(axis=1)
+    return Counts(
+        insertions, insertions - steady, steady, insertions - np.minimum(capacity, demand.distinct)
+    )
 
 
 def gap_recovered(lru: int, oracle: int, rule: int) -> float | None:
@@ -128,13 +136,35 @@ def gap_recovered(lru: int, oracle: int, rule: int) -> float | None:
 def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dict:
     """Counts per stream and in total for each rule, with the share of the gap between LRU
     and farthest-future (full lookahead) that each rule recovers."""
-    rules = rules or lossless_rules(demand)
-    counts = {text: run(demand, make_rule(text, demand, capacity)) for text in rules}
-    for reference in ("lru", "farthest-future"):
-        if reference not in counts:
-            counts[reference] = run(demand, make_rule(reference, demand, capacity))
+    return report_parts([demand], capacity, rules)
+
+
+def report_parts(parts, capacity: int, rules: list[str] | None = None, progress=None) -> dict:
+    """report() over demand that comes in parts (batches of whole streams, one held at a
+    time: moecache.replay.stream), every rule replaying each part before the next is read.
+    `progress(part)` hears of each part done."""
+    kept, names, sequences, lengths = {}, [], [], []
+    for demand in parts:
+        rules = rules or lossless_rules(demand)
+        wanted = rules + [r for r in ("lru", "farthest-future") if r not in rules]
+        for text in wanted:
+            kept.setdefault(text, []).append(run(demand, make_rule(text, demand, capacity)))
+        names += demand.streams
+        sequences += demand.sequences
+        lengths.append(demand.lengths)
+        shape = demand.num_experts, demand.top_k
+        if progress:
+            progress(demand)
+    if not names:
+        raise MoecacheError("no streams to replay")
+    counts = {
+        text: Counts(*(np.concatenate([getattr(c, f) for c in runs]) for f in FIELDS))
+        for text, runs in kept.items()
+    }
+    lengths = np.concatenate(lengths)
     lru, oracle = counts["lru"].after_fill.sum(), counts["farthest-future"].after_fill.sum()
-    timed = demand.timed_tokens
+    first = dict(zip(sequences, lengths.tolist(), strict=True))
+    timed = sum(n - 1 for n in first.values())
     out = {}
     for text in rules:
         c = counts[text]
@@ -157,8 +187,8 @@ def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dic
                     "after_fill": int(a),
                 }
                 for name, n, i, f, s, a in zip(
-                    demand.streams,
-                    demand.lengths,
+                    names,
+                    lengths,
                     c.insertions,
                     c.fills,
                     c.steady,
@@ -169,10 +199,10 @@ def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dic
         }
     return {
         "capacity": capacity,
-        "experts": demand.num_experts,
-        "top_k": demand.top_k,
-        "streams": len(demand.streams),
-        "tokens": int(demand.lengths.sum()),
+        "experts": shape[0],
+        "top_k": shape[1],
+        "streams": len(names),
+        "tokens": int(lengths.sum()),
         "timed_tokens": timed,
         "rules": out,
     }

@@ -10,29 +10,41 @@ from moecache.replay import engine
 from moecache.replay.demand import Demand
 
 
-def heldout_mask(demand: Demand, last: int) -> np.ndarray:
+def heldout_mask(sequences: list[str], last: int) -> np.ndarray:
     """Streams of the last `last` sequences, in order of first appearance (learned scorers
     train on the others)."""
-    order = list(dict.fromkeys(demand.sequences))
+    order = list(dict.fromkeys(sequences))
     held = set(order[len(order) - last :]) if last else set()
-    return np.array([s in held for s in demand.sequences])
+    return np.array([s in held for s in sequences])
 
 
 def curve(demand: Demand, capacity: int, ks: list[int], heldout_last: int) -> dict:
-    causal = [r for r in engine.lossless_rules(demand) if r not in ("lru", "farthest-future")]
-    rules = {
-        "lru": "lru",
-        "oracle": "farthest-future",
-        **{f"foresight-{k}": f"farthest-future:foresight={k}" for k in ks},
-        **{r: r for r in causal},
-    }
-    copies = {
-        label: engine.run(demand, engine.make_rule(rule, demand, capacity)).after_fill
-        for label, rule in rules.items()
-    }
+    return curve_parts([demand], capacity, ks, heldout_last)
+
+
+def curve_parts(parts, capacity: int, ks: list[int], heldout_last: int) -> dict:
+    """curve() over demand in parts (batches of whole streams, moecache.replay.stream),
+    each part replayed under every rule before the next is read."""
+    kept, sequences, rules, causal = {}, [], None, []
+    for demand in parts:
+        if rules is None:
+            causal = [
+                r for r in engine.lossless_rules(demand) if r not in ("lru", "farthest-future")
+            ]
+            rules = {
+                "lru": "lru",
+                "oracle": "farthest-future",
+                **{f"foresight-{k}": f"farthest-future:foresight={k}" for k in ks},
+                **{r: r for r in causal},
+            }
+        for label, rule in rules.items():
+            counts = engine.run(demand, engine.make_rule(rule, demand, capacity))
+            kept.setdefault(label, []).append(counts.after_fill)
+        sequences += demand.sequences
+    copies = {label: np.concatenate(runs) for label, runs in kept.items()}
     subsets = {
-        "heldout": heldout_mask(demand, heldout_last),
-        "all": np.ones(len(demand.streams), bool),
+        "heldout": heldout_mask(sequences, heldout_last),
+        "all": np.ones(len(sequences), bool),
     }
     out = {}
     for name, mask in subsets.items():

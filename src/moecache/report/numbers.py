@@ -702,22 +702,32 @@ def benchmark_table(b: dict) -> str:
             if "requests_per_second" in theirs
             else f"{theirs['algorithm']}: {theirs.get('skipped', 'n/a')}"
         )
+        ratio = r["speed_ratio"]
+        low, high = r.get("speed_ratio_interval") or (None, None)
         rows.append(
             (
                 rule,
                 sig(r["replay"]["requests_per_second"] / 1e6),
                 libcachesim,
-                "n/a" if r["speed_ratio"] is None else fixed(r["speed_ratio"], 2),
+                "n/a" if ratio is None else fixed(ratio, 2),
+                "n/a" if low is None else f"{fixed(low, 2)} to {fixed(high, 2)}",
             )
         )
     lp = b["lp"]
     return "\n\n".join(
         [
             f"Replay speed: {count(b['requests'])} requests in {count(b['streams'])} streams, "
-            f"C = {b['capacity']} of {b['experts']}; best of {b['rounds']} rounds (the "
-            f"vectorised rules).",
+            f"C = {b['capacity']} of {b['experts']}; {b['rounds']} interleaved rounds, rates "
+            f"at the median round; ratio: libCacheSim's seconds over ours, summed over the "
+            f"rounds, with its 95% bootstrap interval over rounds.",
             table(
-                ("rule", "replay (M requests/s)", "libCacheSim (M requests/s)", "ratio"),
+                (
+                    "rule",
+                    "replay (M requests/s)",
+                    "libCacheSim (M requests/s)",
+                    "ratio",
+                    "95% interval",
+                ),
                 rows,
             ),
             f"The LP on all {count(lp['streams'])} streams: {fixed(lp['lp_seconds'], 2)} s, "
