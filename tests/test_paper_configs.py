@@ -179,7 +179,7 @@ def test_plan_refuses_a_dense_restricted_layer(tmp_path):
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [
-        "moecache: error: harness.restricted_layers: layer 0 of deepseek-ai/DeepSeek-V2-Lite "
+        "moecache: error: harness.restricted_layers: layer 0 of this deepseek_v2 model "
         "is dense, not an MoE layer (MoE layers: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, "
         "14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26])"
     ]
