@@ -130,7 +130,7 @@ def offloaded(
     `keep_own`: the model's own weights stay on the device too, for an arm that runs the
     model's own blocks beside the pooled ones (the gates)."""
     adapter = registry.of(model)
-    check_sparse(adapter, model.config, layers)
+    adapter.check_sparse(model.config, layers)
     own = {layer: adapter.block(model, layer) for layer in layers}
     device = torch.device(device)
     try:
@@ -156,18 +156,6 @@ def offloaded(
         for layer, mlp in own.items():
             adapter.experts(mlp).to(device)
             adapter.set_block(model, layer, mlp)
-
-
-def check_sparse(adapter, config, layers) -> None:
-    """Only a sparse MoE layer can be offloaded (Qwen's mlp_only_layers, DeepSeek's first
-    dense layers are not)."""
-    sparse = adapter.sizes(config).moe_layers
-    dense = [layer for layer in layers if layer not in sparse]
-    if dense:
-        raise MoecacheError(
-            f"harness.restricted_layers: layer {dense[0]} of this {adapter.family} model is "
-            f"dense, not an MoE layer (MoE layers: {list(sparse)})"
-        )
 
 
 def use(model, arm: Arm, own: dict) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from moecache import config as configs
 from moecache import provenance
 from moecache.data import corpus
 from moecache.errors import MoecacheError
@@ -36,7 +37,7 @@ def load_model(settings: dict, model_source: str, device: str):
         device,
         model_settings["architecture"],
         model_settings.get("experts_implementation"),
-        model_settings.get("family", "olmoe"),
+        configs.family(settings),
     )
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from moecache.errors import MoecacheError
+
 NEG_INF = float("-inf")
 
 
@@ -36,7 +38,6 @@ class Sizes:
     num_experts: int  # routed experts per MoE layer
     num_experts_per_tok: int
     moe_layers: tuple[int, ...]
-    shared_intermediate_size: int = 0  # the shared experts' in all (0: none)
 
 
 class MoeAdapter:
@@ -55,7 +56,6 @@ class MoeAdapter:
             num_experts=self.num_experts(config),
             num_experts_per_tok=config.num_experts_per_tok,
             moe_layers=tuple(self.moe_layers(config)),
-            shared_intermediate_size=self.shared_intermediate_size(config),
         )
 
     def num_experts(self, config) -> int:
@@ -64,12 +64,20 @@ class MoeAdapter:
     def expert_intermediate_size(self, config) -> int:
         return config.intermediate_size
 
-    def shared_intermediate_size(self, config) -> int:
-        return 0
-
     def moe_layers(self, config) -> list[int]:
         """Decoder layers whose MLP is a sparse MoE block."""
         return list(range(config.num_hidden_layers))
+
+    def check_sparse(self, config, layers) -> None:
+        """Only a sparse MoE layer can be offloaded (Qwen's mlp_only_layers, DeepSeek's
+        first dense layers are not): one line naming the first dense one."""
+        sparse = self.moe_layers(config)
+        dense = [layer for layer in layers if layer not in sparse]
+        if dense:
+            raise MoecacheError(
+                f"harness.restricted_layers: layer {dense[0]} of this {self.family} model is "
+                f"dense, not an MoE layer (MoE layers: {list(sparse)})"
+            )
 
     # -- the loaded model's modules
     def block(self, model, layer: int) -> nn.Module:

@@ -30,9 +30,6 @@ class DeepseekV2Adapter(MoeAdapter):
     def expert_intermediate_size(self, config) -> int:
         return config.moe_intermediate_size
 
-    def shared_intermediate_size(self, config) -> int:
-        return config.moe_intermediate_size * config.n_shared_experts
-
     def moe_layers(self, config) -> list[int]:
         return list(range(config.first_k_dense_replace, config.num_hidden_layers))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from moecache.errors import MoecacheError
+from moecache import config as configs
 from moecache.model import checkpoint, registry, tiny
 
 # Published config.json files of the paper-scale checkpoints, for planning offline.
@@ -65,7 +65,9 @@ def plan(settings: dict, gpu_gib=None, source=None, tokens=None) -> dict:
     longest sequence (default: the config's held-out max_tokens)."""
     config = checkpoint_config(settings, source)
     model = settings["model"]
-    checkpoint.check_architecture(config, model["architecture"], model["source"])
+    checkpoint.check_architecture(
+        config, model["architecture"], model["source"], configs.family(settings)
+    )
     harness = settings["harness"]
     element = torch.empty(0, dtype=checkpoint.DTYPES[model["dtype"]]).element_size()
     report = {
@@ -90,12 +92,7 @@ def held(config, layers, capacity: int, element: int) -> dict:
 
     adapter = registry.adapter_for(config.model_type)
     sizes = adapter.sizes(config)
-    dense = [layer for layer in layers if layer not in sizes.moe_layers]
-    if dense:
-        raise MoecacheError(
-            f"harness.restricted_layers: layer {dense[0]} of this {adapter.family} model is "
-            f"dense, not an MoE layer (MoE layers: {list(sizes.moe_layers)})"
-        )
+    adapter.check_sparse(config, layers)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
 

@@ -12,9 +12,6 @@ from moecache.model.qwen3_moe import Qwen3MoeAdapter
 class Qwen2MoeAdapter(Qwen3MoeAdapter):
     family = "qwen2_moe"
 
-    def shared_intermediate_size(self, config) -> int:
-        return config.shared_expert_intermediate_size
-
     def shared(self, block, x: torch.Tensor) -> torch.Tensor:
         # Qwen2MoeSparseMoeBlock.forward's shared path, through the block's own modules.
         return torch.sigmoid(block.shared_expert_gate(x)) * block.shared_expert(x)

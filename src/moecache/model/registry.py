@@ -3,6 +3,8 @@ adapter file in this folder and one line here (docs/adding-a-model.md)."""
 
 from __future__ import annotations
 
+import functools
+
 from moecache.errors import MoecacheError
 from moecache.model.adapter import MoeAdapter
 from moecache.model.deepseek_v2 import DeepseekV2Adapter
@@ -24,8 +26,10 @@ ADAPTERS: dict[str, type[MoeAdapter]] = {
 }
 
 
+@functools.cache
 def adapter_for(model_type: str) -> MoeAdapter:
-    """The adapter of a checkpoint's model_type; one line naming those that exist if none."""
+    """The adapter of a checkpoint's model_type (one instance each: adapters hold no state,
+    and the decode asks per token); one line naming those that exist if none."""
     if model_type not in ADAPTERS:
         raise MoecacheError(
             f"model_type {model_type!r} has no adapter; families with one: "
