@@ -183,7 +183,12 @@ def test_restricted_routing_is_the_models_own_among_the_allowed(saved, monkeypat
 def test_the_plan_predicts_the_bytes_the_harness_holds(saved):
     family, folder = saved
     settings = {
-        "model": {"source": str(folder), "dtype": "float32", "architecture": ARCH},
+        "model": {
+            "source": str(folder),
+            "family": family,
+            "dtype": "float32",
+            "architecture": ARCH,
+        },
         "harness": HARNESS,
         "corpus": {"heldout": {"max_tokens": 16}},
     }
