@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
 from moecache.policies import ZOO, make
-from moecache.policies.base import Pools
 from moecache.policies.kernels import CompiledEventPolicy
+from moecache.policies.pools import Pools
 from moecache.replay import engine
 from moecache.replay.demand import Demand, padded
 

@@ -1,6 +1,6 @@
 """Cache policies, driven by a small simulator of the pooled block over integer expert ids.
 
-Property tests (hypothesis) check the contract of base.Policy for every registered rule;
+Property tests (hypothesis) check the contract of policy.Policy for every registered rule;
 plain examples pin references (Belady/MIN, LRU, exhaustive optimum) and the error messages.
 """
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
 from moecache.policies import POLICIES, ZOO, EventPolicy, make
-from moecache.policies.base import Pools
+from moecache.policies.pools import Pools
 
 
 def replay_modules():

@@ -11,7 +11,7 @@ import pandas as pd
 
 from moecache.atomic import atomic_file
 from moecache.errors import MoecacheError
-from moecache.policies.base import EvictionPolicy
+from moecache.policies.eviction import EvictionPolicy
 from moecache.replay import engine
 from moecache.replay.demand import PAD, Demand
 
@@ -113,10 +113,10 @@ class Imitation(EvictionPolicy):
         self.asked[t] = np.array(self.oracle.priority(t, rows, probs))
         return self.learner.priority(t, rows, probs)
 
-    def observe(self, t, rows, at, probs):
-        self.learner.observe(t, rows, at, probs)
-        self.oracle.observe(t, rows, at, probs)
-        super().observe(t, rows, at, probs)
+    def learn(self, t, rows, at, probs):
+        self.learner.learn(t, rows, at, probs)
+        self.oracle.learn(t, rows, at, probs)
+        super().learn(t, rows, at, probs)
 
 
 def learner_events(demand: Demand, learner: EvictionPolicy) -> pd.DataFrame:

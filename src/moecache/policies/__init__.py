@@ -1,4 +1,4 @@
-"""Cache policies: one small module each, all behind moecache.policies.base.Policy.
+"""Cache policies: one small module each, all behind moecache.policies.policy.Policy.
 
 Add a policy by writing a module with a Policy subclass and naming it in POLICIES
 (docs/writing-a-rule.md shows it for an event-driven eviction rule).
@@ -11,11 +11,12 @@ import inspect
 from moecache.errors import MoecacheError
 from moecache.policies.all_resident import AllResident
 from moecache.policies.arc import ARC
-from moecache.policies.base import EventPolicy, EvictionPolicy, Plan, Policy, ScheduledPolicy
 from moecache.policies.clock import Clock
 from moecache.policies.controller import Controller
 from moecache.policies.decayed_frequency import DecayedFrequency
 from moecache.policies.dwell import Dwell, Static
+from moecache.policies.event_driven import EventPolicy
+from moecache.policies.eviction import EvictionPolicy
 from moecache.policies.farthest_future import FarthestFuture
 from moecache.policies.fifo import FIFO
 from moecache.policies.learned import Learned
@@ -25,8 +26,10 @@ from moecache.policies.lru import LRU
 from moecache.policies.mean_interval import MeanInterval
 from moecache.policies.mean_interval_literal import MeanIntervalLiteral
 from moecache.policies.oracle_set import OracleSet
+from moecache.policies.policy import Plan, Policy
 from moecache.policies.router_logit import RouterLogit
 from moecache.policies.s3_fifo import S3FIFO
+from moecache.policies.scheduled import ScheduledPolicy
 from moecache.policies.sieve import Sieve
 from moecache.policies.slru import SLRU
 from moecache.policies.two_q import TwoQ

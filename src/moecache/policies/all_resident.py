@@ -1,7 +1,7 @@
 """Every expert resident (C = N): the pool is filled once per sequence, nothing is evicted."""
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import Plan, Policy
+from moecache.policies.policy import Plan, Policy
 
 
 class AllResident(Policy):

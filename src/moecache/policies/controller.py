@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import Plan, Policy
+from moecache.policies.policy import Plan, Policy
 
 
 class Controller(Policy):
@@ -35,8 +35,8 @@ class Controller(Policy):
         self.cached: list[int] | None = None  # kept across sequences
         self.row = None
 
-    def reset(self, future=None) -> None:
-        super().reset(future)
+    def reset(self, future=None, streams: int = 1) -> None:
+        super().reset(future, streams)
         if self.heads is None:
             from moecache.controller import heads
 

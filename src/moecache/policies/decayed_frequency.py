@@ -3,7 +3,7 @@
 import numpy as np
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import EvictionPolicy
+from moecache.policies.eviction import EvictionPolicy
 
 
 class DecayedFrequency(EvictionPolicy):
@@ -23,7 +23,7 @@ class DecayedFrequency(EvictionPolicy):
         # Ties (equal scores) go to the least recently used, then the lowest id.
         return self.score[rows], self.recency[rows]
 
-    def observe(self, t, rows, at, probs):
-        super().observe(t, rows, at, probs)
+    def learn(self, t, rows, at, probs):
+        super().learn(t, rows, at, probs)
         self.score[rows] *= self.decay
         self.score.put(at, self.score.take(at) + 1.0)

@@ -13,7 +13,7 @@ from collections import deque
 import numpy as np
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import ScheduledPolicy
+from moecache.policies.scheduled import ScheduledPolicy
 
 
 class Dwell(ScheduledPolicy):
@@ -26,12 +26,12 @@ class Dwell(ScheduledPolicy):
             raise MoecacheError(f"policy {self.name}: k {k} and window {window} must be >= 1")
         self.k, self.window = k, window
 
-    def reset(self, future=None):
-        super().reset(future)
+    def reset(self, future=None, streams=1):
+        super().reset(future, streams)
         self.recent = deque(maxlen=self.window)
         self.counts = np.zeros(self.num_experts, dtype=np.int64)
 
-    def observe(self, t, request):
+    def record(self, t, request):
         if len(self.recent) == self.window:
             self.counts[list(self.recent[0])] -= 1
         self.recent.append(tuple(request))

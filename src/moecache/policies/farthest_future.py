@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import EvictionPolicy
+from moecache.policies.eviction import EvictionPolicy
 
 
 class FarthestFuture(EvictionPolicy):
@@ -58,8 +58,8 @@ class FarthestFuture(EvictionPolicy):
             np.where(ahead - t > self.foresight, self.never, ahead), self.recency[rows]
         )
 
-    def observe(self, t, rows, at, probs):
-        super().observe(t, rows, at, probs)
+    def learn(self, t, rows, at, probs):
+        super().learn(t, rows, at, probs)
         # Only the experts token t used change: their next use, their recency and key
         # (the same experts as `at`, in the recorded order that `after` follows).
         recorded, after = self.recorded[t, rows], self.after[t, rows]

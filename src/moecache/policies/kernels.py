@@ -29,7 +29,8 @@ from numba import njit
 from numba.core.extending import overload
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import OUTSIDE, EventPolicy, StepPlan
+from moecache.policies.event_driven import EventPolicy
+from moecache.policies.pools import OUTSIDE, StepPlan
 
 
 def cache_folder() -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from moecache.errors import MoecacheError
 from moecache.learned import features as feature_sets
-from moecache.policies.base import EvictionPolicy
+from moecache.policies.eviction import EvictionPolicy
 
 
 class Learned(EvictionPolicy):
@@ -51,7 +51,7 @@ class Learned(EvictionPolicy):
         # Highest score first; ties to the least recently used, then the lowest id.
         return -self.score(t, rows, probs), self.recency[rows]
 
-    def observe(self, t, rows, at, probs):
+    def learn(self, t, rows, at, probs):
         self.score(t, rows, probs)  # a recurrent scorer steps at every token
         after = self.scored[2]
         if after is not None:
@@ -62,4 +62,4 @@ class Learned(EvictionPolicy):
                 self.state = torch.zeros(shape, dtype=after.dtype)
             self.state[rows] = after
         self.features.observe(t, rows, at, probs)
-        super().observe(t, rows, at, probs)
+        super().learn(t, rows, at, probs)

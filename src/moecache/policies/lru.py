@@ -1,6 +1,6 @@
 """Least recently used: evict the resident whose last request is oldest."""
 
-from moecache.policies.base import EvictionPolicy
+from moecache.policies.eviction import EvictionPolicy
 
 
 class LRU(EvictionPolicy):

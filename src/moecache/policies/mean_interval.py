@@ -3,7 +3,7 @@ its mean interval between requests; evict the resident forecast to return last."
 
 import numpy as np
 
-from moecache.policies.base import EvictionPolicy
+from moecache.policies.eviction import EvictionPolicy
 
 
 class MeanInterval(EvictionPolicy):
@@ -24,8 +24,8 @@ class MeanInterval(EvictionPolicy):
         # Latest forecast first; ties to the least recently used, then the lowest id.
         return -forecast, recency
 
-    def observe(self, t, rows, at, probs):
+    def learn(self, t, rows, at, probs):
         uses = self.uses.take(at)
         self.first_use.put(at, np.where(uses == 0, t, self.first_use.take(at)))
         self.uses.put(at, uses + 1)
-        super().observe(t, rows, at, probs)
+        super().learn(t, rows, at, probs)

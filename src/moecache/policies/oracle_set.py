@@ -15,8 +15,8 @@ class OracleSet(Dwell):
     name = "oracle-set"
     needs_future = True
 
-    def reset(self, future=None):
-        super().reset(future)
+    def reset(self, future=None, streams=1):
+        super().reset(future, streams)
         self.future = np.asarray(future, dtype=np.int64)  # [T, k]: the base class checked it
 
     def target(self, t):

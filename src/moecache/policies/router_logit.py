@@ -1,7 +1,7 @@
 """Lowest current router logit: evict the resident the router rates lowest for this token
 (softmax keeps the logits' order, so the lowest probability is the lowest logit)."""
 
-from moecache.policies.base import EvictionPolicy
+from moecache.policies.eviction import EvictionPolicy
 
 
 class RouterLogit(EvictionPolicy):

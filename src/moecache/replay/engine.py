@@ -20,8 +20,8 @@ import numpy as np
 from moecache import policies
 from moecache.errors import MoecacheError
 from moecache.policies import EvictionPolicy
-from moecache.policies.base import Pools
 from moecache.policies.kernels import CompiledEventPolicy
+from moecache.policies.pools import Pools
 from moecache.replay.demand import Demand
 
 FIELDS = ("insertions", "fills", "steady", "after_fill")
