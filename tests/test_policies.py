@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
 from moecache.policies import POLICIES, ZOO, Plan, make
+from moecache.policies.eviction import KEY_LIMIT
+from moecache.policies.lru import LRU
 
 # Every lossless rule with the parameters worth covering; "all" is added where C == N.
 LOSSLESS = [
@@ -508,6 +510,47 @@ def test_farthest_future_refuses_a_different_demand(t, wrong):
     assert f"token {t}" in one_line(caught)
     policy.reset(future=future)
     assert policy.plan(0, [1, 0], uniform_probs(4, [1, 0]), frozenset()).admit == [1, 0]
+
+
+class Shifted(LRU):
+    """LRU with every key moved by `shift`: the same order, any key range."""
+
+    name = "shifted-lru"
+
+    def __init__(self, capacity, num_experts, top_k, shift: int = 0):
+        super().__init__(capacity, num_experts, top_k)
+        self.shift = shift
+
+    def priority(self, t, rows, probs):
+        return self.recency[rows] + self.shift
+
+
+@pytest.mark.parametrize(("shift", "refused"), [(KEY_LIMIT - 8, False), (2**61, True), (-1, True)])
+def test_priority_keys_are_checked_below_2_40(shift, refused):
+    """Keys are folded as key * N + id in int64: a key from 2**40 (at 2**61 the fold wraps
+    negative and would pick a wrong victim) or below 0 stops the run with one line naming
+    the rule and the token; keys just below the bound still give LRU's victims. Here every
+    key is an LRU key (at most 5) plus `shift`; the first eviction is at token 2."""
+    stream = [[0], [1], [2], [0], [3]]
+    policy = Shifted(2, 4, 1, shift=shift)
+    if not refused:
+        assert (
+            simulate(policy, stream).plans() == simulate(make("lru", 2, 4, 1, {}), stream).plans()
+        )
+        return
+    with pytest.raises(MoecacheError) as caught:
+        simulate(policy, stream)
+    assert "shifted-lru" in one_line(caught) and "token 2" in one_line(caught)
+
+
+@pytest.mark.parametrize("name", ["dwell", "static", "oracle-set"])
+def test_restricting_rules_serve_one_stream(name):
+    """reset(future, streams) is one signature for every rule; a rule that serves the
+    harness's one stream refuses many in one line."""
+    policy = make(name, 2, 4, 1, {})
+    with pytest.raises(MoecacheError) as caught:
+        policy.reset([[0], [1]], streams=3)
+    assert name in one_line(caught) and "3" in one_line(caught)
 
 
 def test_mean_interval_readings_part_on_a_burst():
