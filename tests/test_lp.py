@@ -1,11 +1,15 @@
 """moecache.replay.lp: the LP over bridged gaps against the exact DP (random and every sweep
 shape), against farthest-future at unit cost (the exchange argument of docs/optimum.md), a
 weighted DP and a hand counterexample with non-unit costs, its schedules and its error
-messages; the bound job's B* and its mixed-precision experiment."""
+messages; the bound job's B* and its mixed-precision experiment. Farthest-future with
+reload costs (the policy, replayed) is held to an oracle computed apart: the scan over the
+LP's gaps of docs/optimum.md, Section 3 (`greedy_stream`)."""
 
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -20,6 +24,71 @@ from moecache.replay.demand import PAD, Demand
 from moecache.replay.optimum import KINDS, exact_insertions, generate
 
 CONFIGS = [Path(__file__).parents[1] / "config" / name for name in ("config.yaml", "olmoe.yaml")]
+
+
+# -- the oracle: farthest-future as a scan over gaps ---------------------------------------
+
+RULES = ("farthest-future", "cheapest")
+
+
+class Greedy(NamedTuple):
+    cost: float  # copies priced, first loads included
+    copies: int
+    after_fill: int
+
+
+def greedy_stream(
+    requests, num_experts: int, capacity: int, costs=None, rule: str = "farthest-future"
+) -> Greedy:
+    """The test oracle of farthest-future (the policy, replayed): an on-demand eviction
+    rule's cost on one stream, computed apart, as a left-to-right scan over the LP's gaps
+    (docs/optimum.md, Section 3).
+
+    At each token the gaps still bridged that span it must fit in C - |S_t|; while they do
+    not, one is dropped (its expert is evicted there and copied back at its next use).
+    `farthest-future` drops the one whose next use is farthest (ties: the least recently
+    used; of experts last used by one token, the one it requested first), exactly the
+    project's FarthestFuture policy; `cheapest` drops the one cheapest to reload (ties as
+    farthest-future), FarthestFuture given the costs.
+    """
+    stream = lp._stream(requests, num_experts, capacity)
+    w_expert = lp._costs(costs, num_experts)
+    g = lp.gaps(stream)
+    weight = np.ones(len(g.expert)) if w_expert is None else w_expert[g.expert]
+    first_cost = float(g.distinct if w_expert is None else w_expert[g.first_experts].sum())
+    room = capacity - g.width
+    opening = [[] for _ in range(g.tokens + 1)]  # gaps by the first token they span
+    for i, a in enumerate(g.start.tolist()):
+        opening[a + 1].append(i)
+    closing = np.zeros(g.tokens + 1, dtype=np.int64)  # bridged gaps ending at t, still held
+    kept = np.ones(len(weight), dtype=bool)
+    ends, begins, ws = (x.tolist() for x in (g.end, g.start, weight))
+    # Where each gap's expert stands in the request that opens it: the order of recency.
+    places = (stream[g.start] == g.expert[:, None]).argmax(axis=1).tolist()
+    heap: list[tuple] = []
+    active, dropped_cost, dropped = 0, 0.0, 0
+    for t in range(g.tokens):
+        active -= int(closing[t])
+        for i in opening[t]:
+            active += 1
+            closing[ends[i]] += 1
+            key = (-ends[i], begins[i], places[i], i)
+            heapq.heappush(heap, key if rule == "farthest-future" else (ws[i], *key))
+        while active > room[t]:
+            i = heapq.heappop(heap)[-1]
+            if ends[i] <= t or not kept[i]:
+                continue  # already over
+            kept[i] = False
+            closing[ends[i]] -= 1
+            active -= 1
+            dropped += 1
+            dropped_cost += ws[i]
+    copies = g.distinct + dropped
+    return Greedy(first_cost + dropped_cost, copies, copies - min(capacity, g.distinct))
+
+
+def greedy(requests, num_experts, capacity, costs=None, rule="farthest-future") -> list[Greedy]:
+    return [greedy_stream(s, num_experts, capacity, costs, rule) for s in requests]
 
 
 def check(result, expected_copies):
@@ -48,7 +117,7 @@ def test_lp_equals_dp_and_greedy(instance):
     stream, n, c = instance
     best = int(exact_insertions(stream[None], n, c)[0])
     check(lp.solve_stream(stream, n, c), best)
-    assert lp.greedy_stream(stream, n, c).copies == best  # farthest-future is optimal
+    assert greedy_stream(stream, n, c).copies == best  # farthest-future is optimal
 
 
 def test_lp_equals_dp_on_thousands_of_instances():
@@ -105,7 +174,7 @@ def test_lp_equals_farthest_future_at_unit_cost(n, c, k):
     result = lp.solve(demand.requests, n, c)
     assert result.integral and result.certified
     np.testing.assert_array_equal(result.after_fill, farthest_future(demand, c))
-    scan = [g.copies for g in lp.greedy(demand.requests, n, c)]
+    scan = [g.copies for g in greedy(demand.requests, n, c)]
     np.testing.assert_array_equal(result.copies, scan)
 
 
@@ -165,8 +234,8 @@ def test_weighted_lp_equals_weighted_dp():
                 result = lp.solve_stream(stream, n, c, costs=costs)
                 assert result.integral and result.certified
                 assert result.cost == pytest.approx(weighted_dp(stream, n, c, costs))
-                for rule in lp.RULES:
-                    assert lp.greedy_stream(stream, n, c, costs, rule).cost >= result.cost - 1e-9
+                for rule in RULES:
+                    assert greedy_stream(stream, n, c, costs, rule).cost >= result.cost - 1e-9
 
 
 def test_non_unit_costs_greedy_is_not_optimal():
@@ -179,12 +248,11 @@ def test_non_unit_costs_greedy_is_not_optimal():
     result = lp.solve_stream(stream, 3, 2, costs=costs, return_gaps=True)
     assert result.cost == 13.0 and result.integral and result.certified
     assert result.bridged_gaps.tolist() == [[a, 0, 4]]
-    assert lp.greedy_stream(stream, 3, 2, costs).cost == 22.0  # 10 + 1 + 1 + 10
-    assert lp.greedy_stream(stream, 3, 2, costs, "cheapest").cost == 13.0
+    assert greedy_stream(stream, 3, 2, costs).cost == 22.0  # 10 + 1 + 1 + 10
+    assert greedy_stream(stream, 3, 2, costs, "cheapest").cost == 13.0
     # With equal costs the two choices tie and farthest-future is optimal again.
     assert (
-        lp.greedy_stream(stream, 3, 2, [3.0] * 3).cost
-        == lp.solve_stream(stream, 3, 2, [3.0] * 3).cost
+        greedy_stream(stream, 3, 2, [3.0] * 3).cost == lp.solve_stream(stream, 3, 2, [3.0] * 3).cost
     )
 
 
@@ -219,8 +287,6 @@ def test_errors_of_costs_rules_and_batches():
         lp.solve_stream(stream, 2, 1, costs=[1.0])
     with pytest.raises(MoecacheError, match="non-negative"):
         lp.solve_stream(stream, 2, 1, costs=[1.0, -1.0])
-    with pytest.raises(MoecacheError, match="unknown greedy rule"):
-        lp.greedy_stream(stream, 2, 1, rule="lru")
     with pytest.raises(MoecacheError, match="stream 1: lp: token 0 requests expert 9"):
         lp.solve(np.array([[[0]], [[9]]]), 2, 1)
     with pytest.raises(MoecacheError, match=r"\[streams, T, k\]"):
@@ -262,9 +328,47 @@ def test_bound_report_has_the_lp_beside_the_bounds():
     assert [s["b_star"] for s in report["streams"]] == bound.exact(demand, 9).tolist()
 
 
+@st.composite
+def priced_demand(draw):
+    """A few streams of uneven length (PAD after each end) over one layer or two, each
+    layer with its own reload cost per expert (zero included)."""
+    n = draw(st.integers(2, 9))
+    k = draw(st.integers(1, min(n, 3)))
+    c = draw(st.integers(k, n))
+    pool = draw(st.integers(k, n))  # fewer experts in play: more reuse, more gaps
+    token = st.permutations(range(pool)).map(lambda p: list(p[:k]))
+    streams = draw(st.lists(st.lists(token, min_size=1, max_size=25), min_size=1, max_size=4))
+    price = st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0])
+    layers = [draw(st.lists(price, min_size=n, max_size=n)) for _ in range(2)]
+    layer = [draw(st.integers(0, 1)) for _ in streams]
+    requests = np.full((len(streams), max(map(len, streams)), k), PAD, dtype=np.int64)
+    for i, stream in enumerate(streams):
+        requests[i, : len(stream)] = stream
+    names = [f"layer{layer[i]}/seq{i}" for i in range(len(streams))]
+    lengths = np.array([len(x) for x in streams])
+    costs = np.array([layers[i] for i in layer])
+    return Demand(names, names, requests, lengths, n), c, costs
+
+
+@settings(max_examples=300, deadline=None)
+@given(priced_demand())
+def test_farthest_future_with_costs_equals_the_scan(case):
+    """The mixed-precision column's two rules, FarthestFuture replayed without and with
+    the reload costs, pay what the gap scan of farthest-future and cheapest-first pays."""
+    demand, c, costs = case
+    for cheapest, rule in ((False, "farthest-future"), (True, "cheapest")):
+        replayed = bound.priced_farthest_future(demand, c, costs, cheapest)
+        scan = [
+            greedy_stream(demand.requests[s], demand.num_experts, c, costs[s], rule).cost
+            for s in range(len(costs))
+        ]
+        np.testing.assert_allclose(replayed, scan, rtol=1e-12, atol=1e-12)
+
+
 def test_greedy_scan_takes_the_farthest_future_policys_victims():
     """At mixed copy costs the scan's cost is that of the FarthestFuture policy's own
-    copies: the same victims, ties of last use included (request order within a token)."""
+    copies as the harness plans them: the same victims, ties of last use included (request
+    order within a token); given the costs, the victims of cheapest-first."""
     from moecache import policies
 
     rng = np.random.default_rng(3)
@@ -273,11 +377,21 @@ def test_greedy_scan_takes_the_farthest_future_policys_victims():
         c = int(rng.integers(k, n))
         stream = [rng.choice(n, k, replace=False).tolist() for _ in range(int(rng.integers(6, 20)))]
         costs = rng.choice([0.5, 1.0], n)
-        policy = policies.make("farthest-future", c, n, k, {})
-        policy.reset(stream)
-        resident, paid = set(), 0.0
-        for t, request in enumerate(stream):
-            plan = policy.plan(t, request, np.zeros(n, np.float32), frozenset(resident))
-            resident = (resident - set(plan.evict)) | set(plan.admit)
-            paid += costs[plan.admit].sum()
-        assert lp.greedy_stream(np.array(stream), n, c, costs).cost == pytest.approx(paid)
+        for rule, params in (("farthest-future", {}), ("cheapest", {"costs": costs.tolist()})):
+            policy = policies.make("farthest-future", c, n, k, params)
+            policy.reset(stream)
+            resident, paid = set(), 0.0
+            for t, request in enumerate(stream):
+                plan = policy.plan(t, request, np.zeros(n, np.float32), frozenset(resident))
+                resident = (resident - set(plan.evict)) | set(plan.admit)
+                paid += costs[plan.admit].sum()
+            assert greedy_stream(np.array(stream), n, c, costs, rule).cost == pytest.approx(paid)
+
+
+@pytest.mark.parametrize("costs", [[1.0, 2.0], [1.0, 1.0, -1.0], [1.0, float("nan"), 1.0]])
+def test_farthest_future_refuses_bad_costs(costs):
+    from moecache import policies
+
+    with pytest.raises(MoecacheError) as error:
+        policies.make("farthest-future", 2, 3, 1, {"costs": costs})
+    assert "farthest-future" in str(error.value) and "\n" not in str(error.value)

@@ -6,6 +6,12 @@ requests in the next k tokens are visible: residents not requested within them a
 and the least recently used of those goes. Ties of next use (with or without foresight) go
 to the least recently used too, experts last used by one token in its request order
 (EvictionPolicy.last_use), then to the lowest id.
+
+With per-expert reload `costs` (experts kept at mixed precision), the victim is the
+resident cheapest to copy back, ties as above: an expert not requested again (or not
+within the foresight) costs nothing to lose and still goes first. Unit costs, the default,
+are the plain rule, optimal by docs/optimum.md; under unequal costs neither ranking is
+(replay.bound.mixed_precision measures both against the LP).
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ class FarthestFuture(EvictionPolicy):
     name = "farthest-future"
     needs_future = True
 
-    def __init__(self, capacity, num_experts, top_k, foresight: int | None = None):
+    def __init__(self, capacity, num_experts, top_k, foresight: int | None = None, costs=None):
         super().__init__(capacity, num_experts, top_k)
         if foresight is not None and foresight < 1:
             raise MoecacheError(f"policy {self.name}: foresight {foresight} must be >= 1")
         self.foresight = foresight
+        self.level = None if costs is None else cost_levels(self.name, costs, num_experts)
 
     def reset(self, future=None, streams=1):
         """`future`: one stream's requests per token, or [streams, T, k] ids padded with -1."""
@@ -35,7 +42,7 @@ class FarthestFuture(EvictionPolicy):
         # the recorded order, which a run may permute).
         self.after, self.ahead, self.never = next_requests(demand, self.num_experts)
         self.recorded = (np.maximum(demand, 0) + self.start[:, :, None]).transpose(1, 0, 2)
-        self.key = self.ranked(self.ahead, self.recency)
+        self.key = self.ranked(self.ahead, self.recency, slice(None))
 
     def plan(self, t, request, probs, resident):
         if t >= len(self.after) or sorted(self.future[t]) != sorted(request):
@@ -44,18 +51,26 @@ class FarthestFuture(EvictionPolicy):
             )
         return super().plan(t, request, probs, resident)
 
-    def ranked(self, ahead, recency):
-        """Farthest next use first, then the least recently used. Recency keys stay below
-        never * top_k (last_use of a token t < never - 1), so keys below
-        (never + 1) * never * top_k."""
-        return (self.never - ahead) * (self.never * self.top_k) + recency
+    def ranked(self, ahead, recency, experts):
+        """Farthest next use first, then the least recently used; with costs, the cheapest
+        to reload before both (`experts` indexes the cost level of each key). Recency keys
+        stay below never * top_k (last_use of a token t < never - 1), so unit-cost keys
+        below span = (never + 1) * never * top_k, and keys with costs below
+        (levels + 1) * span."""
+        key = (self.never - ahead) * (self.never * self.top_k) + recency
+        if self.level is None:
+            return key
+        level = np.where(ahead < self.never, self.level[experts], 0)
+        return level * ((self.never + 1) * self.never * self.top_k) + key
 
     def priority(self, t, rows, probs):
         if self.foresight is None:
             return self.key[rows]
         ahead = self.ahead[rows]
         return self.ranked(
-            np.where(ahead - t > self.foresight, self.never, ahead), self.recency[rows]
+            np.where(ahead - t > self.foresight, self.never, ahead),
+            self.recency[rows],
+            slice(None),
         )
 
     def learn(self, t, rows, at, probs):
@@ -64,7 +79,20 @@ class FarthestFuture(EvictionPolicy):
         # (the same experts as `at`, in the recorded order that `after` follows).
         recorded, after = self.recorded[t, rows], self.after[t, rows]
         self.ahead.put(recorded, after)
-        self.key.put(recorded, self.ranked(after, self.recency.take(recorded)))
+        ranked = self.ranked(after, self.recency.take(recorded), recorded % self.num_experts)
+        self.key.put(recorded, ranked)
+
+
+def cost_levels(name: str, costs, num_experts: int) -> np.ndarray:
+    """Each expert's reload cost as its rank among the distinct costs, from 1 (the
+    cheapest): integer keys that order exactly as the costs do."""
+    costs = np.asarray(costs, dtype=np.float64)
+    if costs.shape != (num_experts,) or not np.isfinite(costs).all() or (costs < 0).any():
+        raise MoecacheError(
+            f"policy {name}: costs must be {num_experts} finite non-negative numbers, one "
+            f"per expert (got shape {costs.shape})"
+        )
+    return np.unique(costs, return_inverse=True)[1].astype(np.int64) + 1
 
 
 def next_requests(demand: np.ndarray, num_experts: int):

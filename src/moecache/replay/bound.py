@@ -22,7 +22,7 @@ import numpy as np
 from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture, next_requests
 from moecache.replay import engine, lp, optimum
-from moecache.replay.demand import PAD, Demand
+from moecache.replay.demand import PAD, Demand, subset
 
 # Within-token orders tried for B_flat (each request's next use: the next token asking for it).
 ORDERS = ("recorded", "ascending-id", "soonest-next-first", "latest-next-first")
@@ -312,14 +312,16 @@ def mixed_precision(demand: Demand, capacity: int, share: float, cost: float, se
 
 
 def mixed_rows(demand: Demand, capacity: int, costs: np.ndarray) -> list[dict]:
-    """Per stream: the reload costs of the LP, farthest-future and cheapest-first."""
+    """Per stream: the reload costs of the LP, farthest-future and cheapest-first (the
+    farthest-future rule ranking by reload cost first), the rules replayed by the engine."""
     n, rows = demand.num_experts, []
+    ff_costs = priced_farthest_future(demand, capacity, costs, cheapest=False)
+    cheap_costs = priced_farthest_future(demand, capacity, costs, cheapest=True)
     for s, name in enumerate(demand.streams):
         requests, w = demand.requests[s], costs[s]
         first = float(w[np.unique(requests[requests != PAD])].sum())
         best = lp.solve_stream(requests, n, capacity, w)
-        ff = lp.greedy_stream(requests, n, capacity, w).cost
-        cheap = lp.greedy_stream(requests, n, capacity, w, "cheapest").cost
+        ff, cheap = float(ff_costs[s]), float(cheap_costs[s])
         if min(ff, cheap) < best.cost - 1e-9 * max(1.0, best.cost):
             raise MoecacheError(f"stream {name}: a greedy costs less than the LP's optimum")
         rows.append(
@@ -334,6 +336,26 @@ def mixed_rows(demand: Demand, capacity: int, costs: np.ndarray) -> list[dict]:
             }
         )
     return rows
+
+
+def priced_farthest_future(
+    demand: Demand, capacity: int, costs: np.ndarray, cheapest: bool
+) -> np.ndarray:
+    """Per stream, the cost of farthest-future's copies (first loads included) under the
+    per-expert `costs` [streams, N]: the rule ranks by next use alone or, `cheapest`, by
+    reload cost first. Streams that share costs (a layer's) replay together."""
+    out = np.zeros(len(demand.streams))
+    prices, group = np.unique(costs, axis=0, return_inverse=True)
+    for g, price in enumerate(prices):
+        picked = np.flatnonzero(group.reshape(-1) == g)
+        part = subset(demand, picked)
+        rule = FarthestFuture(
+            capacity, part.num_experts, part.top_k, costs=price if cheapest else None
+        )
+        resident = engine.run(part, rule, keep=True).residents  # [streams, T, N]
+        before = np.concatenate([np.zeros_like(resident[:, :1]), resident[:, :-1]], axis=1)
+        out[picked] = (resident & ~before).sum(axis=1) @ price  # copies per expert, priced
+    return out
 
 
 def mixed_totals(rows: list[dict], n: int, share: float, cost: float, seed: int) -> dict:

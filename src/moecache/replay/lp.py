@@ -20,12 +20,12 @@ tokens its gap spans, so the matrix is an interval matrix, totally unimodular, a
 vertex is integral: the simplex optimum is a schedule. We check that (`max_fractionality`)
 and certify the optimum with the dual (`lower_bound`), independently of the solver's word.
 
-Imports only numpy, highspy, the standard library and moecache.errors.
+The solver needs only numpy and highspy; `benchmark` times farthest-future beside it,
+replayed by moecache.replay.engine.
 """
 
 from __future__ import annotations
 
-import heapq
 import time
 from dataclasses import dataclass, field
 
@@ -33,9 +33,10 @@ import highspy
 import numpy as np
 
 from moecache.errors import MoecacheError
+from moecache.policies.farthest_future import FarthestFuture
+from moecache.replay import demand, engine
 
 PAD = -1  # requests[t] past the end of a stream: the whole token is PAD
-RULES = ("farthest-future", "cheapest")
 INTEGRAL_TOL = 1e-6  # a variable this close to 0 or 1 counts as integral
 _CERTIFY_TOL = 1e-6  # relative slack between the schedule's cost and the dual bound
 
@@ -93,15 +94,6 @@ class Optimum:
         self.integral = all(o.integral for o in s)
         self.certified = all(o.certified for o in s)
         self.max_fractionality = max((o.max_fractionality for o in s), default=0.0)
-
-
-@dataclass
-class GreedyResult:
-    """An eviction rule's schedule (fetch on demand) on one stream: its cost and copies."""
-
-    cost: float
-    copies: int
-    after_fill: int
 
 
 # -- input ------------------------------------------------------------------------------
@@ -306,69 +298,6 @@ def solve(
     return Optimum(out, time.perf_counter() - begin)
 
 
-# -- greedy -----------------------------------------------------------------------------
-
-
-def greedy_stream(
-    requests, num_experts: int, capacity: int, costs=None, rule: str = "farthest-future"
-) -> GreedyResult:
-    """An on-demand eviction rule's cost on one stream, as a left-to-right scan over gaps.
-
-    At each token the gaps still bridged that span it must fit in C - |S_t|; while they do
-    not, one is dropped (its expert is evicted there and copied back at its next use).
-    `farthest-future` drops the one whose next use is farthest (ties: the least recently
-    used; of experts last used by one token, the one it requested first), exactly the
-    project's FarthestFuture policy; `cheapest` drops the one cheapest to reload (ties as
-    farthest-future), a cost-aware variant.
-    """
-    if rule not in RULES:
-        raise MoecacheError(f"lp: unknown greedy rule {rule!r} (known: {', '.join(RULES)})")
-    stream = _stream(requests, num_experts, capacity)
-    w_expert = _costs(costs, num_experts)
-    g = gaps(stream)
-    weight = np.ones(len(g.expert)) if w_expert is None else w_expert[g.expert]
-    first_cost = float(g.distinct if w_expert is None else w_expert[g.first_experts].sum())
-    room = capacity - g.width
-    opening = [[] for _ in range(g.tokens + 1)]  # gaps by the first token they span
-    for i, a in enumerate(g.start.tolist()):
-        opening[a + 1].append(i)
-    closing = np.zeros(g.tokens + 1, dtype=np.int64)  # bridged gaps ending at t, still held
-    kept = np.ones(len(weight), dtype=bool)
-    ends, begins, ws = (x.tolist() for x in (g.end, g.start, weight))
-    # Where each gap's expert stands in the request that opens it: the order of recency.
-    places = (stream[g.start] == g.expert[:, None]).argmax(axis=1).tolist()
-    heap: list[tuple] = []
-    active, dropped_cost, dropped = 0, 0.0, 0
-    for t in range(g.tokens):
-        active -= int(closing[t])
-        for i in opening[t]:
-            active += 1
-            closing[ends[i]] += 1
-            key = (-ends[i], begins[i], places[i], i)
-            heapq.heappush(heap, key if rule == "farthest-future" else (ws[i], *key))
-        while active > room[t]:
-            i = heapq.heappop(heap)[-1]
-            if ends[i] <= t or not kept[i]:
-                continue  # already over
-            kept[i] = False
-            closing[ends[i]] -= 1
-            active -= 1
-            dropped += 1
-            dropped_cost += ws[i]
-    copies = g.distinct + dropped
-    return GreedyResult(first_cost + dropped_cost, copies, copies - min(capacity, g.distinct))
-
-
-def greedy(
-    requests, num_experts: int, capacity: int, costs=None, rule: str = "farthest-future"
-) -> list[GreedyResult]:
-    """`greedy_stream` on every stream of a [streams, T, k] demand padded with PAD."""
-    requests = np.asarray(requests)
-    if requests.ndim != 3:
-        raise MoecacheError(f"lp: requests must be [streams, T, k], got shape {requests.shape}")
-    return [greedy_stream(s, num_experts, capacity, costs, rule) for s in requests]
-
-
 # -- benchmark --------------------------------------------------------------------------
 
 
@@ -399,16 +328,20 @@ def benchmark(
     tokens: int = 384,
     streams: int = 16,
     seed: int = 0,
-    costs=None,
 ) -> dict:
-    """Time the LP on every stream of a demand (by default a random OLMoE-sized one:
-    16 streams x 384 tokens x 8 of 64 experts, C = 32) beside the farthest-future scan."""
+    """Time the LP on every stream of a demand padded with PAD (by default a random
+    OLMoE-sized one: 16 streams x 384 tokens x 8 of 64 experts, C = 32) beside
+    farthest-future replayed; both count copies with first loads."""
     if requests is None:
         requests = drifting(np.random.default_rng(seed), streams, tokens, num_experts, top_k)
     requests = np.asarray(requests)
-    optimum = solve(requests, num_experts, capacity, costs)
+    optimum = solve(requests, num_experts, capacity)
+    names = [str(s) for s in range(len(requests))]
+    lengths = (requests != PAD).any(axis=2).sum(axis=1)  # PAD only after a stream's end
+    replayed = demand.Demand(names, names, requests, lengths, num_experts)
     begin = time.perf_counter()
-    ff = greedy(requests, num_experts, capacity, costs)
+    rule = FarthestFuture(capacity, num_experts, replayed.top_k)
+    ff = engine.run(replayed, rule).insertions
     greedy_seconds = time.perf_counter() - begin
     return {
         "streams": int(requests.shape[0]),
@@ -420,7 +353,7 @@ def benchmark(
         "lp_ms_per_stream": 1e3 * optimum.seconds / max(1, len(optimum.streams)),
         "variables": int(sum(o.gaps for o in optimum.streams)),
         "optimum": optimum.cost,
-        "farthest_future": float(sum(r.cost for r in ff)),
+        "farthest_future": float(ff.sum()),
         "farthest_future_seconds": greedy_seconds,
         "integral": optimum.integral,
         "certified": optimum.certified,
