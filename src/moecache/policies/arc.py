@@ -12,68 +12,60 @@ Per token: a victim is the least recent resident of the chosen list that the tok
 not need, from the other list when the chosen one holds only the token's experts.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import (
-    CompiledEventPolicy,
-    drop,
-    following,
-    lists,
-    oldest,
-    put,
-    register,
-    size,
-)
+from moecache.policies import kernels
 
 NONE, T1, T2, B1, B2 = 0, 1, 2, 3, 4  # list ids; B1 and B2 hold ids of evicted experts
 
 
-class State(NamedTuple):
-    where: np.ndarray  # [streams, N] T1, T2, B1, B2 or NONE
-    stamp: np.ndarray  # [streams, N] recency within a list
-    clock: np.ndarray  # [streams]
-    held: np.ndarray  # [streams, LISTS] length of each list
-    p: np.ndarray  # [streams] target size of T1
-    ghost: np.ndarray  # [streams] the ghost list the current miss was found in (NONE)
-    ghostless: np.ndarray  # [streams] the victim leaves no ghost
-    capacity: int
+# State: the lists' arrays (kernels.lists), where [streams, N] T1, T2, B1, B2 or NONE, stamp
+#   [streams, N] recency within a list; then p: [streams] target kernels.size of T1 ghost:
+#   [streams] the ghost list the current miss was found in (NONE) ghostless: [streams] the victim
+#   leaves no ghost capacity:
+State = kernels.state_type(__name__, "p", "ghost", "ghostless", "capacity")
 
 
 @njit(inline="always")
 def on_hit(s, row, e):
-    put(s, row, e, T2)
+    kernels.put(s, row, e, T2)
 
 
 @njit(inline="always")
 def on_miss(s, row, e):
     s.ghost[row] = NONE
     if s.where[row, e] == B1:
-        s.p[row] = min(s.p[row] + max(size(s, row, B2) / size(s, row, B1), 1), s.capacity)
+        s.p[row] = min(
+            s.p[row] + max(kernels.size(s, row, B2) / kernels.size(s, row, B1), 1), s.capacity
+        )
     elif s.where[row, e] == B2:
-        s.p[row] = max(s.p[row] - max(size(s, row, B1) / size(s, row, B2), 1), 0)
+        s.p[row] = max(s.p[row] - max(kernels.size(s, row, B1) / kernels.size(s, row, B2), 1), 0)
     else:
         return
     s.ghost[row] = s.where[row, e]
-    drop(s, row, e)
+    kernels.drop(s, row, e)
 
 
 @njit(inline="always")
 def pick(s, row, first, second, busy):
-    x = oldest(s, row, first, busy)
-    return x if x >= 0 else oldest(s, row, second, busy)
+    x = kernels.oldest(s, row, first, busy)
+    return x if x >= 0 else kernels.oldest(s, row, second, busy)
 
 
 @njit(inline="always")
 def forget_oldest(s, row, ghosts):
-    drop(s, row, following(s, row, ghosts))
+    kernels.drop(s, row, kernels.following(s, row, ghosts))
 
 
 @njit(inline="always")
 def victim(s, row, e, busy):
-    t1, t2, b1, b2 = size(s, row, T1), size(s, row, T2), size(s, row, B1), size(s, row, B2)
+    t1, t2, b1, b2 = (
+        kernels.size(s, row, T1),
+        kernels.size(s, row, T2),
+        kernels.size(s, row, B1),
+        kernels.size(s, row, B2),
+    )
     s.ghostless[row] = False
     if s.ghost[row] == NONE:
         if t1 + b1 + 1 > s.capacity:
@@ -92,26 +84,26 @@ def victim(s, row, e, busy):
 @njit(inline="always")
 def on_evict(s, row, e):
     ghosts = B1 if s.where[row, e] == T1 else B2
-    drop(s, row, e)
+    kernels.drop(s, row, e)
     if not s.ghostless[row]:
-        put(s, row, e, ghosts)
+        kernels.put(s, row, e, ghosts)
 
 
 @njit(inline="always")
 def on_insert(s, row, e):
-    put(s, row, e, T1 if s.ghost[row] == NONE else T2)
+    kernels.put(s, row, e, T1 if s.ghost[row] == NONE else T2)
     s.ghost[row] = NONE
 
 
-register(State, on_hit, on_miss, victim, on_evict, on_insert)
+kernels.register(State, on_hit, on_miss, victim, on_evict, on_insert)
 
 
-class ARC(CompiledEventPolicy):
+class ARC(kernels.CompiledEventPolicy):
     name = "arc"
 
     def new_state(self, streams):
         return State(
-            **lists(streams, self.num_experts),
+            **kernels.lists(streams, self.num_experts),
             p=np.zeros(streams, dtype=np.float64),
             ghost=np.zeros(streams, dtype=np.int64),
             ghostless=np.zeros(streams, dtype=np.bool_),

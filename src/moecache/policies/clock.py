@@ -7,32 +7,20 @@ Per token: the hand passes over the token's own experts untouched (they go to th
 without losing their count), so none of them is evicted for another.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.kernels import (
-    CompiledEventPolicy,
-    drop,
-    following,
-    lists,
-    nothing,
-    put,
-    register,
-)
+from moecache.policies import kernels
 
 QUEUE = 1
 
 
-class State(NamedTuple):
-    where: np.ndarray  # [streams, N] QUEUE while resident
-    stamp: np.ndarray  # [streams, N] queue order, the hand at the lowest
-    clock: np.ndarray  # [streams]
-    held: np.ndarray  # [streams, LISTS] length of each list
-    count: np.ndarray  # [streams, N] use counter
-    most: int  # 2**bits - 1
+# State: the lists' arrays (kernels.lists), where [streams, N] QUEUE while resident, stamp
+#   [streams, N] queue order, the hand at the lowest; then
+#   count: [streams, N] use counter
+#   most: 2**bits - 1
+State = kernels.state_type(__name__, "count", "most")
 
 
 @njit(inline="always")
@@ -43,29 +31,24 @@ def on_hit(s, row, e):
 @njit(inline="always")
 def victim(s, row, e, busy):
     while True:
-        x = following(s, row, QUEUE)
+        x = kernels.following(s, row, QUEUE)
         if s.count[row, x] == 0 and not busy[x]:
             return x
-        put(s, row, x, QUEUE)
+        kernels.put(s, row, x, QUEUE)
         if not busy[x]:
             s.count[row, x] -= 1
 
 
 @njit(inline="always")
-def on_evict(s, row, e):
-    drop(s, row, e)
-
-
-@njit(inline="always")
 def on_insert(s, row, e):
-    put(s, row, e, QUEUE)
+    kernels.put(s, row, e, QUEUE)
     s.count[row, e] = 0
 
 
-register(State, on_hit, nothing, victim, on_evict, on_insert)
+kernels.register(State, on_hit, kernels.nothing, victim, kernels.drop, on_insert)
 
 
-class Clock(CompiledEventPolicy):
+class Clock(kernels.CompiledEventPolicy):
     name = "clock"
 
     def __init__(self, capacity, num_experts, top_k, bits: int = 1):
@@ -76,4 +59,4 @@ class Clock(CompiledEventPolicy):
 
     def new_state(self, streams):
         count = np.zeros((streams, self.num_experts), dtype=np.int64)
-        return State(**lists(streams, self.num_experts), count=count, most=self.most)
+        return State(**kernels.lists(streams, self.num_experts), count=count, most=self.most)

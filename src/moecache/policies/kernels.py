@@ -18,9 +18,11 @@ costs less than links would (measured: linked lists, four arrays more, ran slowe
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
+from collections import namedtuple
 from pathlib import Path
 
 import numba
@@ -127,6 +129,16 @@ def lists(streams: int, width: int) -> dict:
     }
 
 
+LIST_FIELDS = ("where", "stamp", "clock", "held")
+
+
+def state_type(module: str, *fields: str) -> type:
+    """A rule's State class: a NamedTuple of the ordered lists' arrays (LIST_FIELDS, made by
+    `lists`), then the rule's own `fields`. It is named State in the rule's `module`, where
+    numba's disk cache finds it again."""
+    return namedtuple("State", LIST_FIELDS + fields, module=module)
+
+
 HOOKS: dict[type, tuple] = {}  # a rule's State class -> its five hooks
 
 
@@ -146,29 +158,19 @@ def on_evict(s, row, e): ...
 def on_insert(s, row, e): ...
 
 
-@overload(on_hit, inline="always")
-def _on_hit(s, row, e):
-    return HOOKS[s.instance_class][0].py_func
+def resolver(stub, place: int):
+    """The typing function of `stub`: the hook registered at `place` for the state's class.
+    It wears the stub's signature (functools.wraps), which numba matches to the hook's."""
+
+    @functools.wraps(stub)
+    def resolve(s, *args):
+        return HOOKS[s.instance_class][place].py_func
+
+    return resolve
 
 
-@overload(on_miss, inline="always")
-def _on_miss(s, row, e):
-    return HOOKS[s.instance_class][1].py_func
-
-
-@overload(victim, inline="always")
-def _victim(s, row, e, busy):
-    return HOOKS[s.instance_class][2].py_func
-
-
-@overload(on_evict, inline="always")
-def _on_evict(s, row, e):
-    return HOOKS[s.instance_class][3].py_func
-
-
-@overload(on_insert, inline="always")
-def _on_insert(s, row, e):
-    return HOOKS[s.instance_class][4].py_func
+for place, stub in enumerate((on_hit, on_miss, victim, on_evict, on_insert)):
+    overload(stub, inline="always")(resolver(stub, place))
 
 
 @njit(cache=True)

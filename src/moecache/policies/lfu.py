@@ -7,33 +7,29 @@ Per token: hits and insertions are stamped in request order; the victim is the l
 (count, stamp) among residents the token does not need.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import FAR, CompiledEventPolicy, drop, lists, nothing, put, register
+from moecache.policies import kernels
 
 RESIDENT = 1
 
 
-class State(NamedTuple):
-    where: np.ndarray  # [streams, N] RESIDENT or 0
-    stamp: np.ndarray  # [streams, N] last touch
-    clock: np.ndarray  # [streams]
-    held: np.ndarray  # [streams, LISTS] length of each list
-    count: np.ndarray  # [streams, N] requests since insertion
+# State: the lists' arrays (kernels.lists), where [streams, N] RESIDENT or 0, stamp [streams, N]
+#   last touch; then
+#   count: [streams, N] requests since insertion
+State = kernels.state_type(__name__, "count")
 
 
 @njit(inline="always")
 def on_hit(s, row, e):
     s.count[row, e] += 1
-    put(s, row, e, RESIDENT)
+    kernels.put(s, row, e, RESIDENT)
 
 
 @njit(inline="always")
 def victim(s, row, e, busy):
-    found, best = -1, (FAR, FAR)
+    found, best = -1, (kernels.FAR, kernels.FAR)
     for x in range(s.where.shape[1]):
         key = (s.count[row, x], s.stamp[row, x])
         if s.where[row, x] == RESIDENT and key < best and not busy[x]:
@@ -42,22 +38,17 @@ def victim(s, row, e, busy):
 
 
 @njit(inline="always")
-def on_evict(s, row, e):
-    drop(s, row, e)
-
-
-@njit(inline="always")
 def on_insert(s, row, e):
     s.count[row, e] = 1
-    put(s, row, e, RESIDENT)
+    kernels.put(s, row, e, RESIDENT)
 
 
-register(State, on_hit, nothing, victim, on_evict, on_insert)
+kernels.register(State, on_hit, kernels.nothing, victim, kernels.drop, on_insert)
 
 
-class LFU(CompiledEventPolicy):
+class LFU(kernels.CompiledEventPolicy):
     name = "lfu"
 
     def new_state(self, streams):
         count = np.zeros((streams, self.num_experts), dtype=np.int64)
-        return State(**lists(streams, self.num_experts), count=count)
+        return State(**kernels.lists(streams, self.num_experts), count=count)

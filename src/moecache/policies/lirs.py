@@ -18,36 +18,23 @@ An expert can be in S and Q at once: Q is a list (where, stamp), S its own order
 s_stamp).
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import (
-    FAR,
-    CompiledEventPolicy,
-    drop,
-    lists,
-    nothing,
-    oldest,
-    put,
-    register,
-)
+from moecache.policies import kernels
 
 Q = 1
 
 
-class State(NamedTuple):
-    where: np.ndarray  # [streams, N] Q for a resident HIR expert
-    stamp: np.ndarray  # [streams, N] order in Q
-    clock: np.ndarray  # [streams]
-    held: np.ndarray  # [streams, LISTS] length of each list
-    in_s: np.ndarray  # [streams, N] in the stack S
-    s_stamp: np.ndarray  # [streams, N] order in S (higher: nearer the top)
-    lir: np.ndarray  # [streams, N]
-    lirs_now: np.ndarray  # [streams] LIR experts
-    nobody: np.ndarray  # [N] all false: no expert is skipped
-    lirs: int  # C - H: slots of the LIR experts
+# State: the lists' arrays (kernels.lists), where [streams, N] Q for a resident HIR expert, stamp
+#   [streams, N] order in Q; then
+#   in_s: [streams, N] in the stack S
+#   s_stamp: [streams, N] order in S (higher: nearer the top)
+#   lir: [streams, N]
+#   lirs_now: [streams] LIR experts
+#   nobody: [N] all false: no expert is skipped
+#   lirs: C - H: slots of the LIR experts
+State = kernels.state_type(__name__, "in_s", "s_stamp", "lir", "lirs_now", "nobody", "lirs")
 
 
 @njit(inline="always")
@@ -68,7 +55,7 @@ def push(s, row, e):
 @njit(inline="always")
 def bottom(s, row, lir_only, busy):
     """The lowest expert in S (only LIR ones, and none in busy, if asked; -1: none)."""
-    best, found = FAR, -1
+    best, found = kernels.FAR, -1
     for x in range(len(busy)):
         ok = s.in_s[row, x] and not busy[x] and (s.lir[row, x] or not lir_only)
         if ok and s.s_stamp[row, x] < best:
@@ -92,7 +79,7 @@ def promote(s, row, e, nobody):
     if s.lirs_now[row] > s.lirs:
         x = bottom(s, row, True, nobody)
         mark(s, row, x, False)
-        put(s, row, x, Q)
+        kernels.put(s, row, x, Q)
     prune(s, row, nobody)
 
 
@@ -104,23 +91,23 @@ def on_hit(s, row, e):
         prune(s, row, nobody)
     elif s.in_s[row, e]:
         push(s, row, e)
-        drop(s, row, e)
+        kernels.drop(s, row, e)
         promote(s, row, e, nobody)
     else:
         push(s, row, e)
-        put(s, row, e, Q)
+        kernels.put(s, row, e, Q)
 
 
 @njit(inline="always")
 def victim(s, row, e, busy):
-    hir = oldest(s, row, Q, busy)
+    hir = kernels.oldest(s, row, Q, busy)
     return hir if hir >= 0 else bottom(s, row, True, busy)
 
 
 @njit(inline="always")
 def on_evict(s, row, e):
     if s.where[row, e] == Q:
-        drop(s, row, e)  # a resident HIR: S remembers it, non-resident
+        kernels.drop(s, row, e)  # a resident HIR: S remembers it, non-resident
         return
     mark(s, row, e, False)
     s.in_s[row, e] = False
@@ -137,13 +124,13 @@ def on_insert(s, row, e):
         promote(s, row, e, s.nobody)
     else:
         push(s, row, e)
-        put(s, row, e, Q)
+        kernels.put(s, row, e, Q)
 
 
-register(State, on_hit, nothing, victim, on_evict, on_insert)
+kernels.register(State, on_hit, kernels.nothing, victim, on_evict, on_insert)
 
 
-class LIRS(CompiledEventPolicy):
+class LIRS(kernels.CompiledEventPolicy):
     name = "lirs"
 
     def __init__(self, capacity, num_experts, top_k):
@@ -153,7 +140,7 @@ class LIRS(CompiledEventPolicy):
     def new_state(self, streams):
         shape = (streams, self.num_experts)
         return State(
-            **lists(*shape),
+            **kernels.lists(*shape),
             in_s=np.zeros(shape, dtype=np.bool_),
             s_stamp=np.zeros(shape, dtype=np.int64),
             lir=np.zeros(shape, dtype=np.bool_),

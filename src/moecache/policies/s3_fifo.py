@@ -12,38 +12,27 @@ miss is admitted. Per token: S and M yield their oldest experts the token does n
 the token's own stay where they are, counts kept.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.kernels import (
-    CompiledEventPolicy,
-    drop,
-    lists,
-    oldest,
-    put,
-    register,
-    remember,
-    size,
-)
+from moecache.policies import kernels
 
 S, M, G = 1, 2, 3  # list ids: small, main, ghost (ids of experts evicted from S)
 
 
-class State(NamedTuple):
-    where: np.ndarray  # [streams, N] S, M, G or 0
-    stamp: np.ndarray  # [streams, N] FIFO order within a list
-    clock: np.ndarray  # [streams]
-    held: np.ndarray  # [streams, LISTS] length of each list
-    count: np.ndarray  # [streams, N] hits (M: the CLOCK counter)
-    seen: np.ndarray  # [streams] the current miss was found in G
-    evicted: np.ndarray  # [streams] some expert has been evicted
-    small: int  # S's share
-    ghost: int  # G's length
-    main: int  # M's share
-    threshold: int  # hits in S that earn M
+# State: the lists' arrays (kernels.lists), where [streams, N] S, M, G or 0, stamp [streams, N]
+#   FIFO order within a list; then
+#   count: [streams, N] hits (M: the CLOCK counter)
+#   seen: [streams] the current miss was found in G
+#   evicted: [streams] some expert has been evicted
+#   small: S's share
+#   ghost: G's length
+#   main: M's share
+#   threshold: hits in S that earn M
+State = kernels.state_type(
+    __name__, "count", "seen", "evicted", "small", "ghost", "main", "threshold"
+)
 
 
 @njit(inline="always")
@@ -55,55 +44,55 @@ def on_hit(s, row, e):
 def on_miss(s, row, e):
     s.seen[row] = s.where[row, e] == G
     if s.seen[row]:
-        drop(s, row, e)
+        kernels.drop(s, row, e)
 
 
 @njit(inline="always")
 def from_main(s, row, busy):
-    """M's CLOCK: the oldest at count 0 goes; older ones go round with one less."""
+    """M's CLOCK: the kernels.oldest at count 0 goes; older ones go round with one less."""
     while True:
-        x = oldest(s, row, M, busy)
+        x = kernels.oldest(s, row, M, busy)
         if s.count[row, x] == 0:
             return x
         s.count[row, x] = min(s.count[row, x], 3) - 1
-        put(s, row, x, M)
+        kernels.put(s, row, x, M)
 
 
 @njit(inline="always")
 def victim(s, row, e, busy):
     s.evicted[row] = True
     while True:  # one libCacheSim eviction round: from M, or from S until one goes
-        x = oldest(s, row, S, busy)
-        main = oldest(s, row, M, busy) >= 0
-        if main and (size(s, row, M) > s.main or x < 0):
+        x = kernels.oldest(s, row, S, busy)
+        main = kernels.oldest(s, row, M, busy) >= 0
+        if main and (kernels.size(s, row, M) > s.main or x < 0):
             return from_main(s, row, busy)
         while x >= 0:
             if s.count[row, x] < s.threshold:
                 return x
-            put(s, row, x, M)
+            kernels.put(s, row, x, M)
             s.count[row, x] = 0
-            x = oldest(s, row, S, busy)
+            x = kernels.oldest(s, row, S, busy)
 
 
 @njit(inline="always")
 def on_evict(s, row, e):
     was = s.where[row, e]
-    drop(s, row, e)
+    kernels.drop(s, row, e)
     if was == S:
-        remember(s, row, e, G, s.ghost)
+        kernels.remember(s, row, e, G, s.ghost)
 
 
 @njit(inline="always")
 def on_insert(s, row, e):
-    into_main = s.seen[row] or (not s.evicted[row] and size(s, row, S) >= s.small)
-    put(s, row, e, M if into_main else S)
+    into_main = s.seen[row] or (not s.evicted[row] and kernels.size(s, row, S) >= s.small)
+    kernels.put(s, row, e, M if into_main else S)
     s.count[row, e] = 0
 
 
-register(State, on_hit, on_miss, victim, on_evict, on_insert)
+kernels.register(State, on_hit, on_miss, victim, on_evict, on_insert)
 
 
-class S3FIFO(CompiledEventPolicy):
+class S3FIFO(kernels.CompiledEventPolicy):
     name = "s3-fifo"
 
     def __init__(
@@ -126,7 +115,7 @@ class S3FIFO(CompiledEventPolicy):
     def new_state(self, streams):
         flags = {key: np.zeros(streams, dtype=np.bool_) for key in ("seen", "evicted")}
         return State(
-            **lists(streams, self.num_experts),
+            **kernels.lists(streams, self.num_experts),
             count=np.zeros((streams, self.num_experts), dtype=np.int64),
             **flags,
             small=self.small,

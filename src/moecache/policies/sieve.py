@@ -7,31 +7,19 @@ Per token: the hand passes over the token's own experts untouched, so none of th
 evicted for another (their visited bit survives).
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from numba import njit
 
-from moecache.policies.kernels import (
-    CompiledEventPolicy,
-    drop,
-    following,
-    lists,
-    nothing,
-    put,
-    register,
-)
+from moecache.policies import kernels
 
 QUEUE = 1
 
 
-class State(NamedTuple):
-    where: np.ndarray  # [streams, N] QUEUE while resident
-    stamp: np.ndarray  # [streams, N] insertion order
-    clock: np.ndarray  # [streams]
-    held: np.ndarray  # [streams, LISTS] length of each list
-    visited: np.ndarray  # [streams, N]
-    hand: np.ndarray  # [streams] the hand is at the oldest resident stamped hand or later
+# State: the lists' arrays (kernels.lists), where [streams, N] QUEUE while resident, stamp
+#   [streams, N] insertion order; then
+#   visited: [streams, N]
+#   hand: [streams] the hand is at the oldest resident stamped hand or later
+State = kernels.state_type(__name__, "visited", "hand")
 
 
 @njit(inline="always")
@@ -41,38 +29,38 @@ def on_hit(s, row, e):
 
 @njit(inline="always")
 def victim(s, row, e, busy):
-    x = following(s, row, QUEUE, s.hand[row])
+    x = kernels.following(s, row, QUEUE, s.hand[row])
     while True:
         if x < 0:  # past the newest: wrap to the oldest
-            x = following(s, row, QUEUE)
+            x = kernels.following(s, row, QUEUE)
         if not busy[x]:
             if not s.visited[row, x]:
                 s.hand[row] = s.stamp[row, x]  # after x leaves: the next newer one
                 return x
             s.visited[row, x] = False
-        x = following(s, row, QUEUE, s.stamp[row, x] + 1)
+        x = kernels.following(s, row, QUEUE, s.stamp[row, x] + 1)
 
 
 @njit(inline="always")
 def on_evict(s, row, e):
-    drop(s, row, e)
-    if following(s, row, QUEUE, s.hand[row]) < 0:
+    kernels.drop(s, row, e)
+    if kernels.following(s, row, QUEUE, s.hand[row]) < 0:
         s.hand[row] = 0  # evicted the newest: the hand wraps to the oldest
 
 
 @njit(inline="always")
 def on_insert(s, row, e):
-    put(s, row, e, QUEUE)
+    kernels.put(s, row, e, QUEUE)
     s.visited[row, e] = False
 
 
-register(State, on_hit, nothing, victim, on_evict, on_insert)
+kernels.register(State, on_hit, kernels.nothing, victim, on_evict, on_insert)
 
 
-class Sieve(CompiledEventPolicy):
+class Sieve(kernels.CompiledEventPolicy):
     name = "sieve"
 
     def new_state(self, streams):
         visited = np.zeros((streams, self.num_experts), dtype=np.bool_)
         hand = np.zeros(streams, dtype=np.int64)
-        return State(**lists(streams, self.num_experts), visited=visited, hand=hand)
+        return State(**kernels.lists(streams, self.num_experts), visited=visited, hand=hand)

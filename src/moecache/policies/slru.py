@@ -13,51 +13,38 @@ does not need. Segment i is list FIRST + i; W-TinyLFU reuses these functions for
 main cache.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.kernels import (
-    CompiledEventPolicy,
-    drop,
-    following,
-    lists,
-    nothing,
-    put,
-    register,
-    size,
-)
+from moecache.policies import kernels
 
 FIRST = 1
 
 
-class State(NamedTuple):
-    where: np.ndarray  # [streams, N] FIRST + segment while resident
-    stamp: np.ndarray  # [streams, N] recency within a segment
-    clock: np.ndarray  # [streams]
-    held: np.ndarray  # [streams, LISTS] length of each list
-    sizes: np.ndarray  # [segments] slots, lowest first
+# State: the lists' arrays (kernels.lists), where [streams, N] FIRST + segment while resident,
+#   stamp [streams, N] recency within a segment; then
+#   sizes: [segments] slots, lowest first
+State = kernels.state_type(__name__, "sizes")
 
 
 @njit(inline="always")
 def enter(s, row, e, first, sizes):
     """A new expert enters the lowest segment with room (the lowest when none has)."""
     for i in range(len(sizes)):
-        if size(s, row, first + i) < sizes[i]:
-            put(s, row, e, first + i)
+        if kernels.size(s, row, first + i) < sizes[i]:
+            kernels.put(s, row, e, first + i)
             return
-    put(s, row, e, first)
+    kernels.put(s, row, e, first)
 
 
 @njit(inline="always")
 def promote(s, row, e, first, sizes):
-    """A hit: e up one segment; each segment over its size pushes its tail down one."""
+    """A hit: e up one segment; each segment over its kernels.size pushes its tail down one."""
     i = min(s.where[row, e] - first + 1, len(sizes) - 1)
-    put(s, row, e, first + i)
-    while i > 0 and size(s, row, first + i) > sizes[i]:
-        put(s, row, following(s, row, first + i), first + i - 1)
+    kernels.put(s, row, e, first + i)
+    while i > 0 and kernels.size(s, row, first + i) > sizes[i]:
+        kernels.put(s, row, kernels.following(s, row, first + i), first + i - 1)
         i -= 1
 
 
@@ -83,11 +70,6 @@ def victim(s, row, e, busy):
 
 
 @njit(inline="always")
-def on_evict(s, row, e):
-    drop(s, row, e)
-
-
-@njit(inline="always")
 def on_insert(s, row, e):
     enter(s, row, e, FIRST, s.sizes)
 
@@ -97,10 +79,10 @@ def split(total: int, parts: int) -> list[int]:
     return [total // parts + (i < total % parts) for i in range(parts)]
 
 
-register(State, on_hit, nothing, victim, on_evict, on_insert)
+kernels.register(State, on_hit, kernels.nothing, victim, kernels.drop, on_insert)
 
 
-class SLRU(CompiledEventPolicy):
+class SLRU(kernels.CompiledEventPolicy):
     name = "slru"
 
     def __init__(self, capacity, num_experts, top_k, segments: int = 4):
@@ -111,4 +93,4 @@ class SLRU(CompiledEventPolicy):
 
     def new_state(self, streams):
         sizes = np.array(split(self.capacity, self.segments), dtype=np.int64)
-        return State(**lists(streams, self.num_experts), sizes=sizes)
+        return State(**kernels.lists(streams, self.num_experts), sizes=sizes)

@@ -9,73 +9,60 @@ takes every miss into A1in. Per token: victims are the oldest (least recent) res
 the token does not need, from the other queue when the chosen one holds none.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.kernels import (
-    CompiledEventPolicy,
-    drop,
-    lists,
-    oldest,
-    put,
-    register,
-    remember,
-    size,
-)
+from moecache.policies import kernels
 
 AIN, AM, OUT = 1, 2, 3  # list ids; OUT holds ids of evicted experts
 
 
-class State(NamedTuple):
-    where: np.ndarray  # [streams, N] AIN, AM, OUT or 0
-    stamp: np.ndarray  # [streams, N] order within a list
-    clock: np.ndarray  # [streams]
-    held: np.ndarray  # [streams, LISTS] length of each list
-    seen: np.ndarray  # [streams] the current miss was found in OUT
-    ain: int  # A1in's share
-    aout: int  # A1out's length
+# State: the lists' arrays (kernels.lists), where [streams, N] AIN, AM, OUT or 0, stamp [streams,
+#   N] order within a list; then
+#   seen: [streams] the current miss was found in OUT
+#   ain: A1in's share
+#   aout: A1out's length
+State = kernels.state_type(__name__, "seen", "ain", "aout")
 
 
 @njit(inline="always")
 def on_hit(s, row, e):
     if s.where[row, e] == AM:
-        put(s, row, e, AM)
+        kernels.put(s, row, e, AM)
 
 
 @njit(inline="always")
 def on_miss(s, row, e):
     s.seen[row] = s.where[row, e] == OUT
     if s.seen[row]:
-        drop(s, row, e)
+        kernels.drop(s, row, e)
 
 
 @njit(inline="always")
 def victim(s, row, e, busy):
-    first, second = (AIN, AM) if size(s, row, AIN) > s.ain else (AM, AIN)
-    x = oldest(s, row, first, busy)
-    return x if x >= 0 else oldest(s, row, second, busy)
+    first, second = (AIN, AM) if kernels.size(s, row, AIN) > s.ain else (AM, AIN)
+    x = kernels.oldest(s, row, first, busy)
+    return x if x >= 0 else kernels.oldest(s, row, second, busy)
 
 
 @njit(inline="always")
 def on_evict(s, row, e):
     was = s.where[row, e]
-    drop(s, row, e)
+    kernels.drop(s, row, e)
     if was == AIN:
-        remember(s, row, e, OUT, s.aout)
+        kernels.remember(s, row, e, OUT, s.aout)
 
 
 @njit(inline="always")
 def on_insert(s, row, e):
-    put(s, row, e, AM if s.seen[row] else AIN)
+    kernels.put(s, row, e, AM if s.seen[row] else AIN)
 
 
-register(State, on_hit, on_miss, victim, on_evict, on_insert)
+kernels.register(State, on_hit, on_miss, victim, on_evict, on_insert)
 
 
-class TwoQ(CompiledEventPolicy):
+class TwoQ(kernels.CompiledEventPolicy):
     name = "two-q"
 
     def __init__(self, capacity, num_experts, top_k, ain: float = 0.25, aout: float = 0.5):
@@ -86,4 +73,6 @@ class TwoQ(CompiledEventPolicy):
 
     def new_state(self, streams):
         seen = np.zeros(streams, dtype=np.bool_)
-        return State(**lists(streams, self.num_experts), seen=seen, ain=self.ain, aout=self.aout)
+        return State(
+            **kernels.lists(streams, self.num_experts), seen=seen, ain=self.ain, aout=self.aout
+        )

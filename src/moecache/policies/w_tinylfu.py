@@ -16,48 +16,35 @@ The test holds this rule to a plain reference and to libCacheSim within a stated
 Per token: candidates and victims are the least recent experts the token does not need.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 from numba import njit
 
 from moecache.errors import MoecacheError
-from moecache.policies.kernels import (
-    CompiledEventPolicy,
-    drop,
-    lists,
-    nothing,
-    oldest,
-    put,
-    register,
-    size,
-)
+from moecache.policies import kernels
 from moecache.policies.slru import enter, lowest, promote
 
 WINDOW, MAIN = 1, 2  # list ids: the window, then main's segments (probation, protected)
 
 
-class State(NamedTuple):
-    where: np.ndarray  # [streams, N] WINDOW, MAIN + segment, or 0
-    stamp: np.ndarray  # [streams, N] recency within a list
-    clock: np.ndarray  # [streams]
-    held: np.ndarray  # [streams, LISTS] length of each list
-    count: np.ndarray  # [streams, N] frequency (kept after eviction, halved)
-    hits: np.ndarray  # [streams] hits in main since the last halving
-    move: np.ndarray  # [streams] the candidate that displaced main's victim (-1: none)
-    sizes: np.ndarray  # main's segments: probation, protected
-    main: int  # main's slots
+# State: the lists' arrays (kernels.lists), where [streams, N] WINDOW, MAIN + segment, or 0, stamp
+#   [streams, N] recency within a list; then
+#   count: [streams, N] frequency (kept after eviction, halved)
+#   hits: [streams] hits in main since the last halving
+#   move: [streams] the candidate that displaced main's victim (-1: none)
+#   sizes: main's segments: probation, protected
+#   main: main's slots
+State = kernels.state_type(__name__, "count", "hits", "move", "sizes", "main")
 
 
 @njit(inline="always")
 def in_main(s, row):
-    return size(s, row, MAIN) + size(s, row, MAIN + 1)
+    return kernels.size(s, row, MAIN) + kernels.size(s, row, MAIN + 1)
 
 
 @njit(inline="always")
 def on_hit(s, row, e):
     if s.where[row, e] == WINDOW:
-        put(s, row, e, WINDOW)
+        kernels.put(s, row, e, WINDOW)
         return
     promote(s, row, e, MAIN, s.sizes)
     s.count[row, e] += 1
@@ -71,7 +58,7 @@ def on_hit(s, row, e):
 def victim(s, row, e, busy):
     s.move[row] = -1
     while True:
-        candidate = oldest(s, row, WINDOW, busy)
+        candidate = kernels.oldest(s, row, WINDOW, busy)
         if candidate < 0:
             return lowest(s, row, busy, MAIN, 2)
         if in_main(s, row) < s.main:
@@ -90,21 +77,21 @@ def victim(s, row, e, busy):
 @njit(inline="always")
 def on_evict(s, row, e):
     was = s.where[row, e]
-    drop(s, row, e)
+    kernels.drop(s, row, e)
     if was != WINDOW and s.move[row] >= 0:
         enter(s, row, s.move[row], MAIN, s.sizes)
 
 
 @njit(inline="always")
 def on_insert(s, row, e):
-    put(s, row, e, WINDOW)
+    kernels.put(s, row, e, WINDOW)
     s.count[row, e] += 1
 
 
-register(State, on_hit, nothing, victim, on_evict, on_insert)
+kernels.register(State, on_hit, kernels.nothing, victim, on_evict, on_insert)
 
 
-class WTinyLFU(CompiledEventPolicy):
+class WTinyLFU(kernels.CompiledEventPolicy):
     name = "w-tinylfu"
 
     def __init__(self, capacity, num_experts, top_k, window: float = 0.01):
@@ -118,7 +105,7 @@ class WTinyLFU(CompiledEventPolicy):
     def new_state(self, streams):
         n = self.num_experts
         return State(
-            **lists(streams, n),
+            **kernels.lists(streams, n),
             count=np.zeros((streams, n), dtype=np.int64),
             hits=np.zeros(streams, dtype=np.int64),
             move=np.full(streams, -1, dtype=np.int64),
