@@ -118,6 +118,25 @@ def remember(s, row, e, ghosts, length):
             drop(s, row, following(s, row, ghosts))
 
 
+@njit(inline="always")
+def recall(s, row, e, ghosts):
+    """On a miss: s.seen[row] is whether e is remembered in the ghost list `ghosts`,
+    which then forgets it (e is about to be resident)."""
+    s.seen[row] = s.where[row, e] == ghosts
+    if s.seen[row]:
+        drop(s, row, e)
+
+
+@njit(inline="always")
+def evict_remembering(s, row, e, source, ghosts, length):
+    """Evicted e leaves its list; if that was `source`, the ghost list `ghosts` (of
+    `length`) remembers it."""
+    was = s.where[row, e]
+    drop(s, row, e)
+    if was == source:
+        remember(s, row, e, ghosts, length)
+
+
 def lists(streams: int, width: int) -> dict:
     """The arrays of ordered lists, for a rule's state: where (list 0: none, at most
     LISTS - 1), stamp, clock, and held, each list's length."""

@@ -42,9 +42,7 @@ def on_hit(s, row, e):
 
 @njit(inline="always")
 def on_miss(s, row, e):
-    s.seen[row] = s.where[row, e] == G
-    if s.seen[row]:
-        kernels.drop(s, row, e)
+    kernels.recall(s, row, e, G)
 
 
 @njit(inline="always")
@@ -76,10 +74,7 @@ def victim(s, row, e, busy):
 
 @njit(inline="always")
 def on_evict(s, row, e):
-    was = s.where[row, e]
-    kernels.drop(s, row, e)
-    if was == S:
-        kernels.remember(s, row, e, G, s.ghost)
+    kernels.evict_remembering(s, row, e, S, G, s.ghost)
 
 
 @njit(inline="always")

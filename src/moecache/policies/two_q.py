@@ -34,9 +34,7 @@ def on_hit(s, row, e):
 
 @njit(inline="always")
 def on_miss(s, row, e):
-    s.seen[row] = s.where[row, e] == OUT
-    if s.seen[row]:
-        kernels.drop(s, row, e)
+    kernels.recall(s, row, e, OUT)
 
 
 @njit(inline="always")
@@ -48,10 +46,7 @@ def victim(s, row, e, busy):
 
 @njit(inline="always")
 def on_evict(s, row, e):
-    was = s.where[row, e]
-    kernels.drop(s, row, e)
-    if was == AIN:
-        kernels.remember(s, row, e, OUT, s.aout)
+    kernels.evict_remembering(s, row, e, AIN, OUT, s.aout)
 
 
 @njit(inline="always")
