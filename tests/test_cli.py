@@ -79,11 +79,11 @@ def test_atomic_file_leaves_nothing_on_failure(tmp_path):
 def test_offline_settings_set_the_hub_libraries_offline(monkeypatch):
     import argparse
 
-    from moecache import cli
+    from moecache import command
 
     names = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
     for name in names:
         monkeypatch.delenv(name, raising=False)
     args = argparse.Namespace(config=None, settings=settings("corpus"))
-    cli.load_settings(args, ("corpus",))
+    command.load_settings(args, ("corpus",))
     assert all(os.environ[name] == "1" for name in names)
