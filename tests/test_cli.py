@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import inspect
 import json
 import os
+from pathlib import Path
 
 import pytest
 from conftest import SMOKE, load_yaml, moecache
@@ -77,13 +80,122 @@ def test_atomic_file_leaves_nothing_on_failure(tmp_path):
 
 
 def test_offline_settings_set_the_hub_libraries_offline(monkeypatch):
-    import argparse
-
-    from moecache import cli
+    from moecache import command
 
     names = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
     for name in names:
         monkeypatch.delenv(name, raising=False)
     args = argparse.Namespace(config=None, settings=settings("corpus"))
-    cli.load_settings(args, ("corpus",))
+    command.load_settings(args, ("corpus",))
     assert all(os.environ[name] == "1" for name in names)
+
+
+# A command line each subcommand accepts, with the flags the Snakemake rules pass it.
+SET = ("--settings", "{}")
+ON_MODEL = (*SET, "--model", "m")
+ON_TRACE = ("--trace", "t.parquet", "--capacity", "8")
+ACCEPTED = {
+    "validate-config": ["config.yaml"],
+    "corpus": [*SET, "--out-dir", "c"],
+    "tokenizer": [*SET, "--train", "t.parquet", "--out", "tok"],
+    "heldout": [*SET, "--tokenizer", "tok", "--text", "h.parquet", "--out", "s.parquet"],
+    "plan": ["--configfile", "c.yaml", "--gpu-gib", "80", "--out", "plan.json"],
+    "train": [*SET, "--tokenizer", "tok", "--train", "t.parquet", "--out", "model"],
+    "profile-model": [*ON_MODEL, "--sequences", "s", "--out", "p.json"],
+    "gates": [*ON_MODEL, "--sequences", "s", "--out", "g.json"],
+    "decode": [*ON_MODEL, "--sequences", "s", "--shard", "a", "--gates", "g", "--out-dir", "d"],
+    "probe-layers": [*ON_MODEL, "--sequences", "s", "--gates", "g", "--out", "p.json"],
+    "bandwidth": [*ON_MODEL, "--out", "b.json"],
+    "link-check": [*ON_MODEL, "--sequences", "s", "--out", "l.json"],
+    "gpu-check": ["--out", "g.json", "--device", "cuda:1"],
+    "benchmark-replay-scale": ["--sequences", "2", "--capacity", "8", "--json"],
+    "trace": ["convert", "rows.jsonl", "--experts", "8", "--out", "t.parquet"],
+    "replay": [*ON_TRACE, "--rule", "lru", "--out", "r.json"],
+    "bound": [*ON_TRACE, "--mixed-share", "0.5", "--out", "b.json"],
+    "optimum": ["--demand", "d.jsonl", "--experts", "8", "--capacity", "4"],
+    "foresight": [*ON_TRACE, "--foresight", "0", "4", "--heldout-last", "2", "--out", "f"],
+    "optimum-sweep": [*SET, "--out", "o.json"],
+    "benchmark-replay": [*SET, "--out", "b.json"],
+    "learned-trace": [*ON_MODEL, "--tokenizer", "tok", "--text", "t", "--out", "o"],
+    "learned-labels": [*ON_TRACE, "--out", "l.parquet"],
+    "learned-fit": [*SET, "--group", "router", "--trace", "t", "--labels", "l", "--out-dir", "o"],
+    "learned-closed-loop": [
+        *ON_MODEL, "--sequences", "s", "--gates", "g", "--out-dir", "o", "--shard", "a"
+    ],
+    "learned-evaluate": [*SET, "--trace", "a=t", "--foresight", "a=f", "--scorers", "s"],
+    "router-train": [
+        *ON_MODEL, "--tokenizer", "tok", "--variant", "hit", "--text", "t", "--out-dir", "d"
+    ],
+    "router-measure": [
+        *ON_MODEL, "--tokenizer", "tok", "--name", "base", "--sequences", "s", "--out", "o"
+    ],
+    "controller-train": [
+        *ON_MODEL, "--tokenizer", "tok", "--text", "t", "--bandwidth", "b", "--out", "o",
+        "--objective", "reinforce", "--seed", "1",
+    ],
+    "controller-sweep": [
+        *ON_MODEL, "--sequences", "s", "--gates", "g", "--out-dir", "o", "--shard", "a",
+        "--point", "0.5", "--heads", "h.safetensors",
+    ],
+    "controller-longer": [
+        *ON_MODEL, "--sequences", "s", "--gates", "g", "--heads", "h", "--out-dir", "o",
+        "--shard", "a",
+    ],
+    "accuracy-task": [*SET, "--task", "mmlu", "--documents", "d", "--out-dir", "o"],
+    "accuracy": [
+        *ON_MODEL, "--task", "t", "--out-dir", "o", "--heads-dir", "h", "--tokenizer", "tok"
+    ],
+    "choose": ["--runs", "a.json", "--tau-ms", "0.5", "--max-loss", "0.1"],
+    "table": ["table1", "--runs", "r", "--scaled", "s", "--bandwidth", "b", "--gpu-check"],
+    "figure": ["fig2", "--foresight", "f", "--learned", "l", "--out-dir", "o"],
+    "numbers": ["--workdir", ".", "--shards", "a", "b", "--runs", "r", "--readme", "R.md"],
+    "claims": ["--workdir", ".", "--shards", "a", "--out-dir", "o"],
+}  # fmt: skip
+
+
+def subcommands(parser) -> dict:
+    """The subcommands `moecache --help` lists, by name."""
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+def test_every_subcommand_parses_its_rules_flags():
+    from moecache import cli
+
+    parser = cli.parser()
+    assert set(subcommands(parser)) == set(ACCEPTED)
+    for name, argv in ACCEPTED.items():
+        args = parser.parse_args([name, *argv])
+        assert args.command == name and callable(args.func), name
+
+
+def test_a_table_refuses_an_input_it_does_not_read(tmp_path):
+    out = tmp_path / "figures"
+    result = moecache("table", "table2", "--bound", "x.json", "--out-dir", str(out))
+    assert_one_line_error(result, "table table2 does not read --bound")
+    assert not out.exists()
+    result = moecache("figure", "fig1", "--gpu-check", "--out-dir", str(out))
+    assert_one_line_error(result, "figure fig1 does not read --gpu-check")
+
+
+def test_an_input_given_with_no_files_reaches_the_builder_as_empty():
+    from moecache import cli
+    from moecache.report import commands
+
+    def builder(runs, replication):
+        return runs, replication
+
+    args = cli.parser().parse_args(["table", "t", "--runs", "a.json", "--replication"])
+    builders = {"t": (builder, ("runs", "replication"))}
+    assert commands.built(builders, args, "table") == ([Path("a.json")], [])
+    args = cli.parser().parse_args(["table", "t", "--runs", "a.json"])
+    assert commands.built(builders, args, "table") == ([Path("a.json")], [])
+
+
+def test_each_builder_declares_its_parameters_as_its_inputs():
+    from moecache.report import commands, figures, tables
+
+    roles = {role for role, _ in commands.INPUTS}
+    for build, reads in [*tables.BUILDERS.values(), *figures.BUILDERS.values()]:
+        assert tuple(inspect.signature(build).parameters) == reads, build.__name__
+        assert set(reads) <= roles, build.__name__

@@ -33,6 +33,7 @@ def test_one_folder_per_rule_file():
         "__main__",
         "atomic",
         "cli",
+        "command",
         "config",
         "errors",
         "intervals",

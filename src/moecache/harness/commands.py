@@ -1,0 +1,146 @@
+"""The harness stage's commands: profile, gates, decoding, the per-layer probe, copy
+bandwidth, the slower-link check and the GPU check."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from moecache.command import add, load_settings, on_model, with_settings
+
+
+def cmd_profile_model(args):
+    from moecache.harness import jobs
+
+    settings = load_settings(args, ("model", "harness"))
+    report = jobs.run_profile(settings, args.model, args.sequences, args.out)
+    print(json.dumps({k: v for k, v in report.items() if not k.endswith("per_layer")}))
+
+
+def cmd_gates(args):
+    from moecache.harness import jobs
+
+    settings = load_settings(args, ("model", "harness"))
+    report = jobs.run_gates(settings, args.model, args.sequences, args.out)
+    print(
+        f"gates passed: base NLL {report['base']['nll']:.6f}, batched "
+        f"{report['batched_nll']:.6f}; pool/own-block throughput "
+        f"{report['throughput_ratio_pool_vs_own_block']:.3f}"
+    )
+
+
+def cmd_decode(args):
+    from moecache.harness import jobs
+
+    settings = load_settings(args, ("model", "harness"))
+    runs = jobs.run_decode(
+        settings,
+        args.model,
+        args.sequences,
+        args.shard,
+        args.first_shard or args.shard,
+        args.gates,
+        args.out_dir,
+    )
+    for label, t in runs.items():
+        low, high = t["tokens_per_second_ci"]
+        print(
+            f"{label}: NLL {t['nll']:.4f} (delta {t['delta_nll']:+.4f}), "
+            f"{t['tokens_per_second']:.1f} tok/s (95% {low:.1f}-{high:.1f}), "
+            f"{t['copies_per_token']:.2f} copies/token, {100 * t['copy_share']:.1f}% of a step"
+        )
+
+
+def cmd_probe_layers(args):
+    from moecache.harness import jobs
+
+    settings = load_settings(args, ("model", "harness"))
+    report = jobs.run_probe(settings, args.model, args.sequences, args.gates, args.out)
+    for row in report["layers"]:
+        print(f"layer {row['layer']}: delta NLL {row['delta_nll']:+.4f}")
+
+
+def cmd_link_check(args):
+    from moecache.harness import jobs
+
+    settings = load_settings(args, ("model", "harness"))
+    report = jobs.run_link_check(settings, args.model, args.sequences, args.out)
+    for row in report["runs"]:
+        print(
+            f"{row['run']}: compute {row['compute_ms']:.2f} ms per token "
+            f"({row['compute_ratio_to_1x']:.2f} x 1x), tau {row['tau_ms']:.4f} ms "
+            f"({row['tau_ratio_to_1x']:.1f} x 1x)"
+        )
+
+
+def cmd_bandwidth(args):
+    from moecache.harness import jobs
+
+    settings = load_settings(args, ("model", "harness"))
+    r = jobs.run_bandwidth(settings, args.model, args.out)
+    for m, row in r["multipliers"].items():
+        print(
+            f"x{m}: tau {row['tau_ms']:.4f} ms per expert copy ({row['ratio_to_1x']:.2f} x 1x), "
+            f"group overhead {row['group_overhead_ms']:.4f} ms"
+        )
+    print(f"one large copy {r['large_gib_per_s']:.1f} GiB/s, loop {r['loop_gib_per_s']:.1f} GiB/s")
+
+
+def cmd_gpu_check(args):
+    # Nothing is downloaded: set before the Hugging Face libraries are first imported.
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ[name] = "1"
+    from moecache.harness import gpu_check
+
+    gpu_check.run(args.out, args.device)
+
+
+def register(sub) -> None:
+    p = with_settings(
+        add(
+            sub,
+            "profile-model",
+            cmd_profile_model,
+            "time one expert copy and one token, measure routing reuse",
+        )
+    )
+    on_model(p, "--sequences", "--out")
+    p = with_settings(add(sub, "gates", cmd_gates, "exactness gates on one shard"))
+    on_model(p, "--sequences", "--out")
+
+    p = with_settings(
+        add(sub, "decode", cmd_decode, "decode one shard under every run, interleaved")
+    )
+    on_model(p, "--sequences")
+    p.add_argument("--shard", required=True, help="the shard's name (corpus.heldout.shards)")
+    p.add_argument("--first-shard", help="the first shard, where runs decode at every multiplier")
+    p.add_argument("--gates", required=True, type=Path, help="the shard's gates file")
+    p.add_argument("--out-dir", required=True, type=Path, help="a results file and trace a run")
+
+    p = with_settings(
+        add(
+            sub,
+            "probe-layers",
+            cmd_probe_layers,
+            "restrict one layer at a time; delta NLL per layer",
+        )
+    )
+    on_model(p, "--sequences", "--gates", "--out")
+
+    p = with_settings(add(sub, "bandwidth", cmd_bandwidth, "copy time and bandwidth per expert"))
+    on_model(p, "--out")
+
+    p = with_settings(
+        add(sub, "link-check", cmd_link_check, "LRU's compute per token under each slower link")
+    )
+    on_model(p, "--sequences", "--out")
+
+    p = add(
+        sub,
+        "gpu-check",
+        cmd_gpu_check,
+        "the harness on one CUDA device in minutes: gates, copy bandwidth, a paper-sized layer",
+    )
+    p.add_argument("--out", required=True, type=Path, help="the results file (JSON)")
+    p.add_argument("--device", default="cuda", help="cuda or cuda:N (default: cuda)")

@@ -1,0 +1,146 @@
+"""The learned stage's commands: the training trace, the oracle's labels, fitting the
+scorers, decoding with them, and their evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moecache.atomic import atomic_dir
+from moecache.command import (
+    add,
+    emit,
+    load_settings,
+    on_demand,
+    on_model,
+    percent,
+    provenance_of,
+    read_demand,
+    results,
+    with_settings,
+)
+from moecache.errors import MoecacheError
+
+
+def cmd_learned_trace(args):
+    from moecache.learned import stage
+
+    settings = load_settings(args, ("corpus", "model", "harness"))
+    done = stage.record_trace(settings, args.model, args.tokenizer, args.text, args.out)
+    print(f"training trace: {done['sequences']} sequences, {done['tokens']} tokens")
+
+
+def cmd_learned_labels(args):
+    from moecache.learned import labels
+
+    demand, source = read_demand(args)
+    events = labels.oracle_events(demand, args.capacity)
+    labels.write(events, args.out)
+    print(f"{source}: {len(events)} evictions of farthest-future labelled")
+
+
+def cmd_learned_fit(args):
+    from moecache.harness import trace
+    from moecache.learned import labels, stage
+
+    settings = load_settings(args, ("model", "harness", "replay", "learned"))
+    demand = trace.read_demand(args.trace, settings["model"]["architecture"]["num_experts"])
+    with atomic_dir(args.out_dir) as tmp:
+        summaries = stage.fit_group(settings, args.group, demand, labels.read(args.labels), tmp)
+    for kind, summary in summaries.items():
+        shares = ", ".join(percent(r["validation_gap_recovered"]) for r in summary["rounds"])
+        print(
+            f"{args.group}/{kind}: validation loss {summary['initial_validation_loss']:.4f} -> "
+            f"{summary['validation_loss']:.4f} (step {summary['selected_step']} of "
+            f"{summary['steps']}); validation share by round {shares}; "
+            f"{summary['seconds']:.1f} s"
+        )
+
+
+def cmd_learned_closed_loop(args):
+    from moecache.learned import stage
+
+    settings = load_settings(args, ("model", "harness", "learned"))
+    runs = stage.closed_loop(
+        settings, args.model, args.sequences, args.shard, args.gates, args.out_dir
+    )
+    for label, t in runs.items():
+        print(
+            f"{label}: {t['fills'] + t['steady_copies']} copies, {t['tokens_per_second']:.1f} tok/s"
+        )
+
+
+def named_files(values: list[str], flag: str) -> dict[str, Path]:
+    """shard=path pairs."""
+    out = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep:
+            raise MoecacheError(f"{flag} {value!r}: give shard=path")
+        out[name] = Path(path)
+    return out
+
+
+def files_in(paths: list[Path], pattern: str) -> list[Path]:
+    """Each path that is a file, and the files matching `pattern` in each that is a folder."""
+    return [f for p in paths for f in (sorted(p.glob(pattern)) if p.is_dir() else [p])]
+
+
+def cmd_learned_evaluate(args):
+    from moecache.learned import stage
+
+    settings = load_settings(args, ("model", "harness", "replay", "learned"))
+    traces = named_files(args.trace, "--trace")
+    curves = named_files(args.foresight, "--foresight")
+    if set(curves) != set(traces):
+        raise MoecacheError("--foresight: give one curve for every shard of --trace")
+    # Files, or the folders the closed-loop and fit jobs wrote them to.
+    closed = files_in(args.closed_loop, "*.json")
+    scorers = files_in(args.scorers, "*.safetensors")
+    report = stage.evaluate(settings, traces, scorers, curves, closed)
+    lines = []
+    for shard, result in report["shards"].items():
+        for name, row in result["replay"]["heldout"].items():
+            everything = result["replay"]["all"][name]["gap_recovered"]
+            lines.append(
+                f"{shard} {name:28s} held out {percent(row['gap_recovered']):>7s}, "
+                f"all {percent(everything):>7s}"
+            )
+        for name, loop in result["closed_loop"].items():
+            lines.append(
+                f"{shard} {name:28s} closed loop held out "
+                f"{percent(loop['heldout']['gap_recovered'])}, equals replay "
+                f"{loop['matches_replay']}, delta NLL {loop['delta_nll']:+.2e}"
+            )
+    sources = [*traces.values(), *scorers, *curves.values(), *closed]
+    emit(args, report, lines, sources, provenance_of(settings))
+
+
+def register(sub) -> None:
+    p = with_settings(
+        add(sub, "learned-trace", cmd_learned_trace, "record the routing of training sequences")
+    )
+    on_model(p, "--text", "--out")
+    p.add_argument("--tokenizer", required=True, help="a tokenizer folder or hub id")
+    on_demand(
+        add(sub, "learned-labels", cmd_learned_labels, "farthest-future's evictions, as labels")
+    )
+    p = with_settings(add(sub, "learned-fit", cmd_learned_fit, "train one eviction scorer"))
+    p.add_argument("--group", required=True, help="router, trace-past-use or past-use-<shard>")
+    for flag in ("--trace", "--labels", "--out-dir"):
+        p.add_argument(flag, required=True, type=Path)
+    p = with_settings(
+        add(sub, "learned-closed-loop", cmd_learned_closed_loop, "decode with learned scorers")
+    )
+    on_model(p, "--sequences", "--gates", "--out-dir")
+    p.add_argument("--shard", required=True)
+    p = results(
+        with_settings(
+            add(sub, "learned-evaluate", cmd_learned_evaluate, "scorers' share of the gap")
+        )
+    )
+    p.add_argument("--trace", nargs="+", required=True, help="shard=trace of each shard")
+    p.add_argument("--foresight", nargs="+", required=True, help="shard=foresight results")
+    p.add_argument(
+        "--scorers", nargs="+", required=True, type=Path, help="scorer files or their folders"
+    )
+    p.add_argument("--closed-loop", nargs="*", default=[], type=Path, help="closed-loop runs")

@@ -1,0 +1,272 @@
+"""The replay stage's commands: rules, bounds, the optimum and foresight over recorded
+demand; the optimum sweep; the benchmarks; the trace format anyone can write."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from moecache.command import (
+    add,
+    emit,
+    load_settings,
+    on_demand,
+    percent,
+    read_demand,
+    results,
+    with_settings,
+)
+from moecache.errors import MoecacheError
+
+
+def cmd_replay(args):
+    from moecache.replay import engine, stream, tracefile
+
+    if args.trace and tracefile.header(args.trace) is not None:
+        # The trace anyone can write may be a production day: streamed, a batch at a time.
+        report = stream.report(args.trace, args.capacity, args.rule)
+        source, origin = args.trace, None
+    else:
+        demand, source = read_demand(args)
+        report = engine.report(demand, args.capacity, args.rule)
+        origin = demand.origin
+    lines = [f"{'rule':34s} {'fills':>7s} {'steady':>8s} {'per token':>9s} {'gap':>7s}"]
+    for rule, r in report["rules"].items():
+        t = r["totals"]
+        rate = "n/a" if t["copies_per_token"] is None else f"{t['copies_per_token']:.2f}"
+        lines.append(
+            f"{rule:34s} {t['fills']:7d} {t['steady']:8d} {rate:>9s} "
+            f"{percent(t['gap_recovered']):>7s}"
+        )
+    emit(args, report, lines, [source], origin)
+
+
+def cmd_bound(args):
+    from moecache.replay import bound, stream, tracefile
+
+    mixed = None
+    if args.mixed_share is not None:
+        mixed = {"share": args.mixed_share, "cost": args.mixed_cost, "seed": args.seed}
+    if args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
+        report = stream.bounds(args.trace, args.capacity, mixed)
+        source, origin = args.trace, None
+    else:
+        demand, source = read_demand(args)
+        report = bound.report(demand, args.capacity, mixed)
+        origin = demand.origin
+    t = report["totals"]
+    lines = [
+        f"B_flat {t['b_flat']} <= B* {t['b_star']} <= B_greedy {t['b_greedy']} "
+        f"(gap {percent(t['gap'])}); greedy optimal on {percent(t['greedy_optimal_share'])} "
+        f"of {t['streams']} streams; LP integral {t['integral']}, certified {t['certified']}, "
+        f"{t['lp_seconds']:.2f} s; median stream gap {percent(t['median_stream_gap'])}"
+    ]
+    if mixed:
+        m = report["mixed_precision"]["totals"]
+        lines.append(
+            f"mixed precision ({args.mixed_share:g} of experts at cost {args.mixed_cost:g}): "
+            f"LP {m['lp']:g}, farthest-future {m['farthest_future']:g} "
+            f"(+{percent(m['farthest_future_gap'])}), cheapest {m['cheapest']:g}"
+        )
+    emit(args, report, lines, [source], origin)
+
+
+def cmd_optimum(args):
+    from moecache.replay import bound
+
+    demand, source = read_demand(args)
+    report = bound.optimum_report(demand, args.capacity)
+    lines = [f"{'stream':24s} {'B_flat':>7s} {'optimum':>8s} {'DP':>5s} {'greedy':>7s} integral"]
+    for r in report["streams"]:
+        by_dp = "-" if r["dp"] is None else str(r["dp"])
+        lines.append(
+            f"{r['stream']:24s} {r['b_flat']:7d} {r['optimum']:8d} {by_dp:>5s} "
+            f"{r['b_greedy']:7d} {r['integral']}"
+        )
+    emit(args, report, lines, [source], demand.origin)
+
+
+def cmd_foresight(args):
+    from moecache.replay import foresight, stream, tracefile
+
+    if args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
+        report = stream.foresight(args.trace, args.capacity, args.foresight, args.heldout_last)
+        source, origin = args.trace, None
+    else:
+        demand, source = read_demand(args)
+        report = foresight.curve(demand, args.capacity, args.foresight, args.heldout_last)
+        origin = demand.origin
+    lines = []
+    for name, subset in report["subsets"].items():
+        points = ", ".join(
+            f"{p['k'] or 'unlimited'}: {percent(p['gap_recovered'])}" for p in subset["foresight"]
+        )
+        causal = ", ".join(f"{r} {percent(s)}" for r, s in subset["causal"].items())
+        lines.append(f"{name} ({subset['streams']} streams): foresight {points}; causal {causal}")
+    emit(args, report, lines, [source], origin)
+
+
+def cmd_optimum_sweep(args):
+    from moecache import provenance
+    from moecache.replay import sweep
+
+    settings = load_settings(args, ("replay",))
+    report = sweep.run(settings["replay"]["optimum"], settings["seed"])
+    emit(
+        args,
+        report,
+        [
+            f"{report['instances']} instances (k/C {report['k_over_c']}): greedy not optimal on "
+            f"{report['greedy_not_optimal']}, above LRU on {report['greedy_above_lru']}; "
+            f"the LP equals the DP on all"
+        ],
+        origin=provenance.stamp(settings, "cpu"),
+    )
+
+
+def cmd_benchmark_replay(args):
+    from moecache import provenance
+    from moecache.replay import benchmark
+
+    settings = load_settings(args, ("replay",))
+    bench = settings["replay"]["benchmark"]
+    if args.trace:
+        demand, sources = read_demand(args)[0], [args.trace]
+    else:
+        demand, sources = benchmark.paper_scale(bench, settings["seed"]), []
+    report = benchmark.run(demand, bench["capacity"], bench["rounds"], settings["seed"])
+    lines = [
+        f"{report['requests']:,} requests in {report['streams']} streams; the LP on all "
+        f"streams {report['lp']['lp_seconds']:.2f} s"
+    ]
+    for rule, r in report["rules"].items():
+        theirs = r["libcachesim"]
+        versus = (
+            f"libCacheSim {theirs['algorithm']} {theirs['requests_per_second'] / 1e6:.2f} M "
+            f"req/s (ratio {r['speed_ratio']:.2f}, 95% "
+            f"{r['speed_ratio_interval'][0]:.2f}-{r['speed_ratio_interval'][1]:.2f})"
+            if r["speed_ratio"] is not None
+            else f"libCacheSim {theirs['algorithm']} {theirs['skipped']}"
+        )
+        lines.append(
+            f"{rule}: replay {r['replay']['requests_per_second'] / 1e6:.2f} M req/s, {versus}"
+        )
+    emit(args, report, lines, sources, provenance.stamp(settings, "cpu"))
+
+
+def cmd_trace_convert(args):
+    from moecache.replay import convert
+
+    done = convert.convert(args.source, args.out, args.experts, args.group_rows)
+    print(
+        f"{args.out}: {done['rows']:,} rows, {done['sequences']:,} sequences, "
+        f"top-{done['top_k']} of {done['experts']} experts"
+    )
+
+
+def cmd_trace_dump(args):
+    from moecache.replay import convert
+
+    for line in convert.dump(args.trace):
+        print(line)
+
+
+def cmd_benchmark_replay_scale(args):
+    from moecache import provenance
+    from moecache.replay import scale
+
+    shape = {
+        "sequences": args.sequences,
+        "tokens": args.tokens,
+        "layers": args.layers,
+        "experts": args.experts,
+        "top_k": args.top_k,
+    }
+    for name, value in shape.items():
+        if value < 1:
+            raise MoecacheError(f"--{name.replace('_', '-')} {value}: must be at least 1")
+    if not shape["top_k"] <= args.capacity <= shape["experts"]:
+        raise MoecacheError(f"--capacity {args.capacity}: need top-k <= C <= experts")
+    report = scale.run(shape, args.capacity, args.seed, args.tmp)
+    lines = [
+        f"{report['requests']:,} requests ({report['streams']:,} streams), peak memory "
+        f"{report['peak_memory_gib']:.2f} GiB; read alone {report['read_seconds']:.1f} s"
+    ]
+    for rule, r in report["rules"].items():
+        lines.append(f"{rule}: {r['seconds']:.1f} s, {r['requests_per_second'] / 1e6:.2f} M req/s")
+    emit(args, report, lines, origin=provenance.stamp({"replay_scale": shape}, "cpu"))
+
+
+def register(sub) -> None:
+    register_scale(sub)
+    register_trace(sub)
+    p = on_demand(add(sub, "replay", cmd_replay, "replay demand under lossless eviction rules"))
+    p.add_argument(
+        "--rule",
+        action="append",
+        help="a rule, with parameters as name:key=value,...; repeat for more (default: all)",
+    )
+    p = on_demand(add(sub, "bound", cmd_bound, "B_flat, the exact B* (LP) and greedy B_greedy"))
+    p.add_argument(
+        "--mixed-share",
+        type=float,
+        help="share of experts at lower precision: adds the LP against greedy at their costs",
+    )
+    p.add_argument("--mixed-cost", type=float, default=0.5, help="their cost per copy")
+    p.add_argument("--seed", type=int, default=0, help="seed of the experts drawn")
+    on_demand(add(sub, "optimum", cmd_optimum, "the exact fewest copies per stream (the LP)"))
+    p = on_demand(add(sub, "foresight", cmd_foresight, "gap recovered with k tokens of foresight"))
+    p.add_argument("--foresight", type=int, nargs="+", required=True, help="values of k")
+    p.add_argument(
+        "--heldout-last", type=int, default=0, help="the last this many sequences are held out"
+    )
+    results(
+        with_settings(
+            add(sub, "optimum-sweep", cmd_optimum_sweep, "greedy against the exact optimum")
+        )
+    )
+    p = results(
+        with_settings(
+            add(sub, "benchmark-replay", cmd_benchmark_replay, "replay speed beside libCacheSim's")
+        )
+    )
+    p.add_argument("--trace", type=Path, help="time this harness trace instead")
+    p.add_argument("--experts", type=int, help=argparse.SUPPRESS)
+
+
+def register_scale(sub) -> None:
+    p = results(
+        add(
+            sub,
+            "benchmark-replay-scale",
+            cmd_benchmark_replay_scale,
+            "every rule over a generated trace of production size, streamed: seconds, memory",
+        )
+    )
+    for flag, default, what in (
+        ("--sequences", 400, "sequences"),
+        ("--tokens", 1000, "tokens per sequence"),
+        ("--layers", 32, "MoE layers"),
+        ("--experts", 64, "experts per layer (N)"),
+        ("--top-k", 8, "experts per token (k)"),
+        ("--capacity", 32, "pool slots (C)"),
+        ("--seed", 0, "seed of the generated demand"),
+    ):
+        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
+    p.add_argument("--tmp", type=Path, help="folder for the generated trace (default: $TMPDIR)")
+
+
+def register_trace(sub) -> None:
+    trace = sub.add_parser("trace", help="the routing trace format anyone can write")
+    verbs = trace.add_subparsers(dest="verb", required=True)
+    p = verbs.add_parser("convert", help="JSON lines (one per layer and token) to a trace")
+    p.set_defaults(func=cmd_trace_convert)
+    p.add_argument(
+        "source", type=Path, help='JSON lines: {"sequence", "layer", "token", "experts"}'
+    )
+    p.add_argument("--experts", type=int, required=True, help="experts per layer (N)")
+    p.add_argument("--out", type=Path, required=True, help="the trace to write (Parquet)")
+    p.add_argument("--group-rows", type=int, default=1 << 20, help="rows per row group (about)")
+    p = verbs.add_parser("dump", help="a trace back as JSON lines, stream after stream")
+    p.set_defaults(func=cmd_trace_dump)
+    p.add_argument("trace", type=Path)
