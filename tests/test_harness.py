@@ -475,6 +475,25 @@ def decode_args(smoke_run, tmp_path, settings, shard="a"):
     )
 
 
+def test_a_shard_plans_its_runs_at_1x_and_the_first_shard_every_multiplier(smoke_config):
+    from moecache.harness import runs
+
+    smoke_config["harness"]["runs"] = {
+        "lru": {"policy": "lru", "multipliers": [1, 10, 50]},
+        "ff": {"policy": "farthest-future", "capacity": 12, "multipliers": [1, 10]},
+        "lfu": {"policy": "lfu", "shards": ["b"]},
+    }
+    first = runs.plan_shard(smoke_config, "a", "a")
+    assert list(first) == ["lru-x1", "lru-x10", "lru-x50", "ff-x1", "ff-x10"]
+    ff = first["ff-x10"]
+    assert (ff.name, ff.multiplier, ff.capacity, ff.reads) == ("ff", 10, 12, "lru-x1")
+    assert first["lru-x10"].reads is None and first["lru-x10"].capacity == 8
+    assert first["ff-x1"].make() is not first["ff-x1"].make()  # a fresh policy per arm
+    assert runs.interleaved_with(first, "lru-x1") == ["ff-x1"]
+    assert runs.interleaved_with(first, "lru-x10") == ["lru-twin-x1", "lru-x50"]
+    assert list(runs.plan_shard(smoke_config, "b", "a")) == ["lru-x1", "ff-x1", "lfu-x1"]
+
+
 def test_decode_refuses_bad_input_in_one_line(smoke_run, tmp_path):
     config = load_yaml(SMOKE)
     settings = {k: config[k] for k in ("seed", "hub_offline", "model", "harness")}

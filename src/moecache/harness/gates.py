@@ -33,7 +33,7 @@ def run(model, sequences, harness: dict, seed: int = 0) -> dict:
     sizes = registry.of(model).sizes(model.config)
     num_experts, top_k = sizes.num_experts, sizes.num_experts_per_tok
     runs = lossless_runs(harness["capacity"], num_experts)
-    ring = harness.get("link_ring_mib", 128)
+    ring = link.ring_mib(harness)
     slots = harness["capacity"] * len(layers)
     kind = link.configured(harness)
     with decode.offloaded(

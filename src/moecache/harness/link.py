@@ -41,6 +41,12 @@ from moecache.errors import MoecacheError
 
 KINDS = ("auto", "ring", "charge", "hold")
 HOST_CLOCK = ("charge", "hold")  # kinds that time copies on the host clock: CPU only
+DEFAULT_RING_MIB = 128
+
+
+def ring_mib(harness: dict) -> int:
+    """The host ring's size in MiB (`harness.link_ring_mib`)."""
+    return harness.get("link_ring_mib", DEFAULT_RING_MIB)
 
 
 def configured(harness: dict) -> str:

@@ -1,0 +1,231 @@
+"""The decode job in three steps: plan a shard's runs, decode them interleaved, write one
+results file and one trace per run and multiplier (jobs.run_decode calls them in turn)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from moecache import provenance
+from moecache.errors import MoecacheError
+from moecache.harness import decode, link, trace
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of harness.runs at one of its multipliers, as a shard decodes it."""
+
+    name: str  # its key in harness.runs
+    spec: dict  # its entry there: policy, params, ...
+    capacity: int  # device slots per restricted layer
+    multiplier: int  # the slower link's factor (1: the machine's own)
+    reads: str | None  # the label whose demand it reads (farthest-future), else None
+    make: Callable[[], object]  # a fresh policy
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-x{self.multiplier}"
+
+
+class Decoded(NamedTuple):
+    """What the decoding step measured, for the writing step."""
+
+    results: dict  # label -> decode.decode's result, totals with delta_nll
+    base_nll: dict  # label -> the unmodified model's NLL on the sequences it decoded
+    twins: dict  # run name -> its 1x twin's result (runs at a multiplier above 1)
+    memory: dict  # what the device held while pooled (Offload.device_bytes)
+
+
+def shard_runs(harness: dict, shard: str, first_shard: str) -> list[tuple[str, int]]:
+    """(run, multiplier) pairs decoded on `shard`: every run at 1x on its shards, and at
+    its other multipliers on the first shard."""
+    pairs = []
+    for name, spec in harness["runs"].items():
+        if shard in spec.get("shards", [shard]):
+            for m in spec.get("multipliers", [1]):
+                if m == 1 or shard == first_shard:
+                    pairs.append((name, m))
+    return pairs
+
+
+def plan_shard(settings: dict, shard: str, first_shard: str) -> dict[str, RunSpec]:
+    """The runs `shard` decodes, by label, in harness.runs's order; a bad policy or a
+    demand read from a run the shard does not decode refuses with one line."""
+    harness = settings["harness"]
+    arch = settings["model"]["architecture"]
+    pairs = shard_runs(harness, shard, first_shard)
+    if not pairs:
+        raise MoecacheError(f"shard {shard}: no run of harness.runs decodes it")
+    labels = {f"{n}-x{k}" for n, k in pairs}
+    trace_arm = f"{harness['trace_run']}-x1"
+    runs = {}
+    for name, m in pairs:
+        spec = harness["runs"][name]
+        capacity = spec.get("capacity", harness["capacity"])
+        make = decode.policy_factory(
+            spec, capacity, arch["num_experts"], arch["num_experts_per_tok"]
+        )
+        reads = trace_arm if make().needs_future else None
+        if reads and reads not in labels:
+            raise MoecacheError(
+                f"run {name}: reads the demand of {harness['trace_run']} at 1x, which shard "
+                f"{shard} does not decode"
+            )
+        run = RunSpec(name, spec, capacity, m, reads, make)
+        runs[run.label] = run
+    return runs
+
+
+def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> Decoded:
+    """The 1x runs interleaved sequence by sequence, then each scaled run's group beside
+    its twin; Delta NLL against the unmodified model on the sequences each run decoded
+    (the gates showed the batched NLL equal to the teacher-forced one)."""
+    harness = settings["harness"]
+    base_sums = decode.batched_nll_sums(model, sequences, harness["device"])
+    layers = harness["restricted_layers"]
+    with decode.offloaded(
+        model,
+        layers,
+        max(run.capacity for run in runs.values()),
+        harness["device"],
+        link.ring_mib(harness),
+        slots=harness["capacity"] * len(layers),
+        link=link.configured(harness),
+    ) as off:
+        arms = [
+            off.arm(label, run.make, run.capacity, 1, run.reads)
+            for label, run in runs.items()
+            if run.multiplier == 1
+        ]
+        memory = off.device_bytes()
+        results = decode.decode(model, sequences, harness["device"], arms, off.own, *pace(settings))
+        demand = {arm.name: arm.demand for arm in arms}
+        twins = {}
+        for name, group in scaled_groups(runs).items():
+            scaled = decode_scaled(settings, model, sequences, off, group, demand)
+            twins[name] = scaled.pop(f"{name}-twin-x1")
+            results.update(scaled)
+    for label, run in runs.items():
+        if run.multiplier > 1:
+            same_counts(label, results[label], twins[run.name], results.get(f"{run.name}-x1"))
+    base_nll = {}
+    for label in runs:
+        result = results[label]
+        decoded = [row["sequence"] for row in result["sequences"]]
+        base_nll[label] = sum(base_sums[i] for i in decoded) / sum(
+            len(sequences[i]) - 1 for i in decoded
+        )
+        result["totals"]["delta_nll"] = result["totals"]["nll"] - base_nll[label]
+    return Decoded(results, base_nll, twins, memory)
+
+
+def pace(settings: dict) -> tuple[int, int, int]:
+    """decode.decode's warm-up tokens, repeats and seed."""
+    harness = settings["harness"]
+    return harness["warmup_tokens"], harness.get("repeats", 1), settings["seed"]
+
+
+def scaled_groups(runs: dict[str, RunSpec]) -> dict[str, list[RunSpec]]:
+    """Run name -> its runs at a multiplier above 1, in the plan's order."""
+    groups = {}
+    for run in runs.values():
+        if run.multiplier > 1:
+            groups.setdefault(run.name, []).append(run)
+    return groups
+
+
+def decode_scaled(settings, model, sequences, off, group: list[RunSpec], demand) -> dict:
+    """Runs at a multiplier above 1 decode the first sequences token by token beside a
+    1x twin of themselves, each on slots of its own: drift on this machine's second
+    scales falls on the twin and the slower links alike, and equation (1) predicts
+    them from the twin. Slow copies cost most here, hence the fewer sequences."""
+    harness = settings["harness"]
+    run = group[0]  # every run of the group decodes one spec
+    labels = [(f"{run.name}-twin-x1", 1)] + [(r.label, r.multiplier) for r in group]
+    arms = [
+        off.arm(label, run.make, run.capacity, m, run.reads, own_slots=True) for label, m in labels
+    ]
+    return decode.decode(
+        model,
+        sequences[: harness.get("scaled_sequences")],
+        harness["device"],
+        arms,
+        off.own,
+        *pace(settings),
+        lockstep=True,
+        demand=demand,
+    )
+
+
+def same_counts(label: str, scaled: dict, twin: dict, one: dict | None) -> None:
+    """A slower link changes no decision: the scaled run, its twin and (on the sequences
+    both decoded) the run at 1x made the same copies."""
+    counts = ("timed_copies", "fills", "steady")
+    for seq, (a, b) in enumerate(zip(scaled["sequences"], twin["sequences"], strict=True)):
+        c = one["sequences"][seq] if one else b
+        if any(not a[key] == b[key] == c[key] for key in counts):
+            raise MoecacheError(
+                f"run {label}: sequence {seq} made other copies than its 1x twin or 1x run "
+                f"({', '.join(f'{k} {a[k]}/{b[k]}/{c[k]}' for k in counts)})"
+            )
+
+
+def write(settings, runs: dict[str, RunSpec], decoded: Decoded, shard, gates_path, out_dir):
+    """One results file and one Parquet trace per label in `out_dir`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = settings["harness"]["device"]
+    for label, run in runs.items():
+        result = decoded.results[label]
+        report = results_report(settings, runs, decoded, label, shard, gates_path)
+        origin = {
+            "run": run.name,
+            "multiplier": run.multiplier,
+            "settings_hash": provenance.settings_hash(settings),
+            "device_name": provenance.device_name(device),
+        }
+        trace.write(result["trace"], out_dir / f"{label}.parquet", origin)
+        provenance.write_results(out_dir / f"{label}.json", report, settings, device)
+
+
+def results_report(settings, runs, decoded: Decoded, label, shard, gates_path) -> dict:
+    """A run's results file, before provenance."""
+    run = runs[label]
+    result = decoded.results[label]
+    return {
+        "run": run.name,
+        "policy": run.spec["policy"],
+        "params": run.spec.get("params", {}),
+        "capacity": run.capacity,
+        "multiplier": run.multiplier,
+        "shard": shard,
+        "restricted_layers": settings["harness"]["restricted_layers"],
+        "base_nll": decoded.base_nll[label],
+        "gates": str(gates_path),
+        "trace_in": run.reads,
+        "interleaved_with": interleaved_with(runs, label),
+        "twin_1x": None if run.multiplier == 1 else twin_record(decoded.twins[run.name]),
+        "device_memory": decoded.memory,
+        "totals": result["totals"],
+        "sequences": result["sequences"],
+    }
+
+
+def interleaved_with(runs: dict[str, RunSpec], label: str) -> list[str]:
+    """The arms decoded beside `label`: the other 1x runs, or its twin and its other
+    multipliers."""
+    name, m = runs[label].name, runs[label].multiplier
+    if m == 1:
+        return sorted(k for k, run in runs.items() if run.multiplier == 1 and k != label)
+    scaled = {k for k, run in runs.items() if run.name == name and run.multiplier > 1}
+    return sorted({f"{name}-twin-x1"} | scaled - {label})
+
+
+def twin_record(twin: dict) -> dict:
+    """What the results file keeps of a scaled run's 1x twin: its totals and per-sequence
+    timing (equation (1)'s reference)."""
+    keys = ("sequence", "timed_tokens", "step_seconds", "copy_seconds", "timed_copies")
+    rows = [{key: row[key] for key in keys} for row in twin["sequences"]]
+    return {"totals": twin["totals"], "sequences": rows}
