@@ -129,25 +129,42 @@ def place_labels(ax, marks) -> None:
     inside the axes and clear of every name and marker placed; past a few points from its
     marker a thin line leads to it."""
     renderer = ax.figure.canvas.get_renderer()
-    inside = ax.get_window_extent(renderer)
     pad = MARKER_POINTS * ax.figure.dpi / 72
     taken = []
     for _, x, y in marks:
         px, py = ax.transData.transform((x, y))
         taken.append(Bbox.from_extents(px - pad, py - pad, px + pad, py + pad))
     for name, x, y in marks:
-        for dx, dy in LABEL_OFFSETS:
-            text = label(ax, name, x, y, dx, dy)
-            text.update_positions(renderer)  # placed as drawing would place it
-            box = Text.get_window_extent(text, renderer)  # the name's box, its line apart
-            fits = inside.containsx(box.x0) and inside.containsx(box.x1)
-            fits = fits and inside.containsy(box.y0) and inside.containsy(box.y1)
-            if fits and not any(box.overlaps(other) for other in taken):
-                taken.append(box)
-                break
-            text.remove()
+        taken.append(place(ax, name, x, y, taken, renderer))
+
+
+def place(ax, name: str, x: float, y: float, taken: list, renderer):
+    """The first offset that fits; where none does (a panel too crowded), the one that
+    covers the least of the boxes taken, so the figure is still drawn. Returns its box."""
+    inside = ax.get_window_extent(renderer)
+    best = None
+    for dx, dy in LABEL_OFFSETS:
+        text = label(ax, name, x, y, dx, dy)
+        text.update_positions(renderer)  # placed as drawing would place it
+        box = Text.get_window_extent(text, renderer)  # the name's box, its line apart
+        outside = not (inside.x0 <= box.x0 and box.x1 <= inside.x1)
+        outside = outside or not (inside.y0 <= box.y0 and box.y1 <= inside.y1)
+        covered = sum(covered_area(box.padded(1), other) for other in taken)  # touch: clash
+        if best is None or (outside, covered) < best[0]:
+            if best is not None:
+                best[1].remove()
+            best = ((outside, covered), text, box)
         else:
-            raise MoecacheError(f"fig1: no room in its panel for the name {name!r}")
+            text.remove()
+        if best[0] == (False, 0):
+            break
+    return best[2]
+
+
+def covered_area(a, b) -> float:
+    width = min(a.x1, b.x1) - max(a.x0, b.x0)
+    height = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return max(width, 0) * max(height, 0)
 
 
 def label(ax, name: str, x: float, y: float, dx: int, dy: int):
