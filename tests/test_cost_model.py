@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from conftest import moecache
 
+from moecache.errors import MoecacheError
 from moecache.harness import decode
 from moecache.report import cost_model, tables
 
@@ -276,6 +277,53 @@ def test_choose_says_nothing_when_the_choice_is_clearly_faster(tmp_path):
     hi = report["runner_up"]["interval"][1]
     assert hi < 0
     assert "cannot tell" not in text
+
+
+def test_choose_never_picks_the_all_resident_run_unless_asked(tmp_path):
+    """The all-resident run copies nothing after the first token, so it is always the
+    fastest; it is the baseline offloading avoids, shown but not chosen by default."""
+    runs = [
+        run_report("all", "all", 10.0, 0.0, TAU1),
+        run_report("ff", "farthest-future", 10.0, 1.0, TAU1),
+        run_report("lru", "lru", 10.0, 3.0, TAU1),
+    ]
+    points = [priced(r) for r in runs]
+    report = cost_model.choose_report(points, TAU10, 0.0)
+    assert report["choice"] == "ff" == cost_model.choose(points, TAU10, 0.0).run
+    rows = {row["run"]: row for row in report["policies"]}
+    assert not rows["all"]["candidate"] and rows["ff"]["candidate"]
+    assert all("all" not in (c["a"], c["b"]) for c in report["crossovers"])
+    assert "all-resident baseline, not a candidate" in "\n".join(cost_model.choose_summary(report))
+    assert cost_model.choose_report(points, TAU10, 0.0, include_baseline=True)["choice"] == "all"
+    with pytest.raises(MoecacheError, match="only the all-resident run"):
+        cost_model.choose(points[:1], TAU10, 0.0)
+
+
+def test_a_negative_compute_time_is_refused_naming_the_run_and_tau(tmp_path):
+    """lru's step is 10 + 3 x 0.5 ms: priced at tau(1) = 5 ms, c = 11.5 - 15 < 0."""
+    paths = [
+        write(tmp_path, run_report(run, policy, 10.0, n, TAU1))
+        for run, policy, n in (("ff", "farthest-future", 0.2), ("lru", "lru", 3))
+    ]
+    result = moecache("choose", "--runs", *paths, "--tau-ms", "5", "--max-loss", "0")
+    assert result.returncode == 2 and not result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert "run lru: compute time" in line and "negative" in line and "tau(1) = 5 ms" in line
+    with pytest.raises(MoecacheError, match="run lru: .* negative .* at tau\\(1\\) = 5 ms"):
+        cost_model.choose([cost_model.point(run_report("lru", "lru", 10.0, 3, TAU1), 5.0)], 5, 0)
+
+
+def test_a_tau_given_without_a_bandwidth_file_says_what_it_assumes(tmp_path):
+    paths = [write(tmp_path, run_report("lru", "lru", 10.0, 3.0, TAU1))]
+    given = moecache("choose", "--runs", *paths, "--tau-ms", str(TAU1), "--max-loss", "0")
+    assert given.returncode == 0, given.stderr
+    assumed = [line for line in given.stdout.splitlines() if line.startswith("assumes")]
+    assert assumed == [
+        "assumes tau(1) = 0.5 ms per copy on this machine (--tau-ms; no --bandwidth measured "
+        "it): each run's c = step - n x tau(1)"
+    ]
+    text, report = choose(tmp_path, run_report("lru", "lru", 10.0, 3.0, TAU1))
+    assert report["tau1_assumed"] is False and "assumes" not in text
 
 
 def test_paired_difference_resamples_sequences_together():

@@ -8,11 +8,11 @@ import math
 
 import pytest
 import torch
-from conftest import REPO, moecache
+from conftest import REPO, SMOKE, load_yaml, moecache
 
 from moecache import provenance
 from moecache.errors import MoecacheError
-from moecache.harness import gpu_check
+from moecache.harness import decode, gates, gpu_check
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 
@@ -93,7 +93,7 @@ def test_measure_device_on_the_cpu(tmp_path):
     assert paper["layer"]["layer_bytes"] == 16 * paper["expert_bytes"]
     for key in ("tau_ms", "loop_gib_per_s", "large_gib_per_s"):
         assert report[key] == paper[key] and math.isfinite(paper[key])
-    arch = gpu_check.SMOKE_ARCH
+    arch = load_yaml(SMOKE)["model"]["architecture"]
     expert = 3 * arch["hidden_size"] * arch["intermediate_size"]
     for dtype, size in (("float32", 4), ("bfloat16", 2)):
         held = report["memory"][dtype]
@@ -115,3 +115,90 @@ def test_measure_device_on_the_cpu(tmp_path):
             # Two rounds of CPU copies time nothing reliably: the fields, not their sizes.
             assert math.isfinite(row["tau_ms"]) and math.isfinite(row["ratio_to_1x"])
     assert written["gates"]["bfloat16"]["failures"] == report["gates"]["bfloat16"]["failures"]
+
+
+def test_the_smoke_settings_come_from_the_smoke_config():
+    smoke = load_yaml(SMOKE)
+    sizes = gpu_check.smoke_sizes("cpu")
+    assert sizes.arch == smoke["model"]["architecture"]
+    assert sizes.vocab == smoke["tokenizer"]["vocab_size"]
+    assert sizes.experts_implementation == smoke["model"]["experts_implementation"]
+    for key in gpu_check.SMOKE_HARNESS_KEYS:
+        assert sizes.harness[key] == smoke["harness"][key]
+    assert sizes.harness["min_throughput_ratio"] == gates.MIN_THROUGHPUT_RATIO  # a GPU's floor
+    assert sizes.harness["device"] == "cpu"
+
+
+def test_a_failed_gate_is_written_then_refused_naming_it(tmp_path, monkeypatch):
+    """A gate forced to fail (a negative tolerance, so that even an exact NLL is over it):
+    the results file is written, then one line names the model, the dtype and the gate."""
+    monkeypatch.setattr(gates, "POOL_TOLERANCE", -1.0)
+    report, settings = gpu_check.measure_device(
+        "cpu",
+        sequences=1,
+        tokens=8,
+        dtypes=("float32",),
+        harness={
+            "warmup_tokens": 2,
+            "gate_repeats": 1,
+            "link_ring_mib": 1,
+            "min_throughput_ratio": 0,
+        },
+        multipliers=(1,),
+        ring_mib=1,
+        rounds=1,
+        paper=TINY_PAPER,
+        paper_multipliers=(1,),
+        paper_ring_mib=1,
+        log=lambda line: None,
+        families=(),
+    )
+    assert report["errors"] == {}
+    out = tmp_path / "gpu-check" / "cpu.json"
+    with pytest.raises(MoecacheError) as refused:
+        gpu_check.finish(out, report, settings, "cpu", log=lambda line: None)
+    (line,) = str(refused.value).splitlines()
+    assert line.startswith("gpu-check failed: gate float32: lru NLL ")
+    assert "all-resident NLL" in line and str(out) in line
+    written = json.loads(out.read_text())
+    assert not written["gates"]["float32"]["passed"]
+    monkeypatch.setattr(gates, "POOL_TOLERANCE", 5e-3)
+    report["gates"]["float32"]["failures"] = gates.failures(report["gates"]["float32"])
+    assert gpu_check.failed_gates(report) == []
+
+
+def test_a_lower_precision_is_held_to_its_own_rounding():
+    """bfloat16's tolerance is twice how far its rounding moves the batched NLL from the
+    same weights in float32, never below float32's; a gap past it still fails the gate."""
+    held = gpu_check.rounding_tolerance(8.7645, 8.7698)
+    assert held["rounding_nll"] == pytest.approx(5.3e-3)
+    assert held["batched_tolerance"] == pytest.approx(1.06e-2)
+    assert gpu_check.rounding_tolerance(8.7, 8.7)["batched_tolerance"] == gates.BATCHED_TOLERANCE
+    report = {
+        "base": {"nll": 8.7645 + 0.02},
+        "batched_nll": 8.7645,
+        "runs": {},
+        "throughput_ratio_pool_vs_own_block": 1.0,
+        "min_throughput_ratio": 0.95,
+        **held,
+    }
+    (failure,) = gates.failures(report)
+    assert failure.startswith("teacher-forced NLL") and "> 1.1e-02" in failure
+    report["base"]["nll"] = 8.7645 + 1.86e-3  # what an H200 gave: bfloat16's rounding
+    assert gates.failures(report) == []
+
+
+def test_the_bfloat16_tolerance_is_measured_on_the_same_model():
+    """On the smoke model in bfloat16 the derived tolerance passes its own teacher-forced
+    NLL and stays below what one wrong expert does to the NLL (a real discrepancy)."""
+    sizes = gpu_check.smoke_sizes("cpu", tokens=32)
+    model = gpu_check.smoke_model(sizes.arch, sizes.vocab, 0).to(torch.bfloat16)
+    ids = gpu_check.smoke_sequences(sizes.vocab, 2, 32, 0)
+    with torch.inference_mode():
+        batched = decode.batched_nll(model, ids, "cpu")
+        exact = decode.batched_nll(gpu_check.float32_copy(model), ids, "cpu")
+        tolerance = gpu_check.rounding_tolerance(batched, exact)["batched_tolerance"]
+        experts = model.model.layers[1].mlp.experts
+        experts.down_proj.data = experts.down_proj.data.roll(1, dims=0)  # expert e computes e-1
+        wrong = decode.batched_nll(model, ids, "cpu")
+    assert gates.BATCHED_TOLERANCE <= tolerance < abs(wrong - batched)

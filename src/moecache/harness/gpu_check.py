@@ -3,11 +3,12 @@
 Four parts, each recorded in one results file (a part that raises is recorded with its
 error and the others still run):
 
-- the smoke-sized OLMoE, built in memory from a seeded random init (experts and output
-  head scaled up as in the harness tests, so that which expert computes a token visibly
-  moves the NLL), saved and loaded through the pipeline's own loading path in float32 and
-  in bfloat16, through the exactness and throughput gates (failures recorded, not raised:
-  the NLL tolerances are float32's and need not hold in bfloat16);
+- the smoke-sized OLMoE (config/smoke.yaml's architecture and vocabulary), built in memory
+  from a seeded random init (experts and output head scaled up as in the harness tests, so
+  that which expert computes a token visibly moves the NLL), saved and loaded through the
+  pipeline's own loading path in float32 and in bfloat16, through the exactness and
+  throughput gates; in bfloat16 the teacher-forced-against-batched gate takes a tolerance
+  derived from bfloat16's own rounding of the same model (docs/gpu-check.md);
 - per dtype, what the device holds while the restricted layers are pooled: their own
   expert weights leave the device, the other weights and C slots per restricted layer
   stay (and the link's ring), against torch.cuda.memory_allocated;
@@ -17,14 +18,16 @@ error and the others still run):
   one large copy of the same bytes. Its figures are repeated at the file's top level
   (`tau_ms`, `loop_gib_per_s`, `large_gib_per_s`), where a bandwidth file keeps them.
 
-`run` refuses in one line without CUDA; `measure_device` does the work on any device
-(the tests call it on the CPU at reduced sizes).
+`run` refuses in one line without CUDA; it writes the results file and then refuses in
+one line, naming them, when a part raised or a gate failed. `measure_device` and `finish`
+do the work on any device (the tests call them on the CPU at reduced sizes).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import gc
 import tempfile
 import time
@@ -34,47 +37,42 @@ from pathlib import Path
 
 import torch
 
+from moecache import config as configs
 from moecache import provenance
 from moecache.errors import MoecacheError, first_line
 from moecache.harness import bandwidth, decode, gates
-from moecache.model import plan, registry
+from moecache.harness.check_models import (
+    SCALE,
+    family_model,
+    float32_copy,
+    paper_experts,
+    smoke_model,
+    smoke_sequences,
+)
+from moecache.harness.pooled_memory import pooled_memory
+from moecache.model import registry
 
 NO_CUDA = "no CUDA device: make gpu-check needs one (torch.cuda.is_available() is False)"
+SMOKE_CONFIG = Path(__file__).resolve().parents[3] / "config" / "smoke.yaml"
 
 SEED = 0
-# config/smoke.yaml's model.architecture and tokenizer.vocab_size.
-SMOKE_ARCH = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_experts": 16,
-    "num_experts_per_tok": 4,
-    "max_position_embeddings": 64,
+# The smoke harness settings the check reads from config/smoke.yaml, and what it holds a
+# GPU to beyond them (the smoke file's own are for seconds-scale runs on a shared CPU):
+# the embedded default's throughput floor and gate passes, a warm-up and a ring as a run's.
+SMOKE_HARNESS_KEYS = ("restricted_layers", "capacity", "threads", "trace_run", "probe")
+GPU_HARNESS = {
+    "warmup_tokens": 8,
+    "gate_repeats": gates.GATE_REPEATS,
+    "link_ring_mib": 64,
+    "min_throughput_ratio": gates.MIN_THROUGHPUT_RATIO,
+    "runs": {"lru": {"policy": "lru"}},
 }
-VOCAB = 512
-EXPERTS_IMPLEMENTATION = "per-expert"
-# As the harness tests' smoke fixture: without it a random model's logits hardly depend on
-# which experts computed the token, and the exactness gates would test nothing.
-SCALE = {"gate_up_proj": 20.0, "down_proj": 50.0, "lm_head": 20.0}
 SEQUENCES, TOKENS = 8, 128  # enough tokens that the pooled/own ratio is told from 0.95
 DTYPES = ("float32", "bfloat16")
 # The other families with an adapter, each a tiny model through the gates (the smoke model
 # is the OLMoE), on the first FAMILY_SEQUENCES sequences.
 FAMILIES = tuple(sorted(set(registry.ADAPTERS) - {"olmoe"}))
 FAMILY_SEQUENCES = 2
-HARNESS = {
-    "restricted_layers": [1, 2],
-    "capacity": 8,
-    "threads": 1,
-    "warmup_tokens": 8,
-    "trace_run": "lru",
-    "probe": {"k": 4, "window": 8},
-    "runs": {"lru": {"policy": "lru"}},
-    "repeats": 3,
-    "link_ring_mib": 64,
-    "min_throughput_ratio": 0.95,
-}
 MULTIPLIERS = (1, 10, 50)
 RING_MIB = 128
 ROUNDS = 15
@@ -88,6 +86,86 @@ PAPER_LAYER = {
 }
 PAPER_MULTIPLIERS = (1, 10)
 PAPER_RING_MIB = 256
+# A lower precision's teacher-forced and batched NLLs are two roundings of one value, each
+# about as far from it as the batched NLL lies from the same weights computed in float32:
+# they may differ by twice that (docs/gpu-check.md).
+ROUNDING_FACTOR = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """What the check builds and measures; `arch`, `vocab`, `harness` and the experts'
+    kernel default to config/smoke.yaml's (`smoke_sizes`)."""
+
+    arch: dict
+    vocab: int
+    harness: dict
+    experts_implementation: str
+    sequences: int = SEQUENCES
+    tokens: int = TOKENS
+    dtypes: tuple = DTYPES
+    multipliers: tuple = MULTIPLIERS
+    ring_mib: int = RING_MIB
+    rounds: int = ROUNDS
+    paper: dict = dataclasses.field(default_factory=lambda: dict(PAPER_LAYER))
+    paper_multipliers: tuple = PAPER_MULTIPLIERS
+    paper_ring_mib: int = PAPER_RING_MIB
+    seed: int = SEED
+    families: tuple = FAMILIES
+
+
+def smoke_sizes(device: str, *, arch=None, vocab=None, harness=None, paper=None, **rest) -> Sizes:
+    """The check's sizes on `device`: config/smoke.yaml's model and harness (read with the
+    project's config loader), GPU_HARNESS over its harness, then the given overrides."""
+    smoke = configs.load(SMOKE_CONFIG)
+    arch = dict(arch or smoke["model"]["architecture"])
+    tokens = rest.get("tokens", TOKENS)
+    arch["max_position_embeddings"] = max(arch["max_position_embeddings"], tokens)
+    own = {key: smoke["harness"][key] for key in SMOKE_HARNESS_KEYS}
+    harness = {**copy.deepcopy(own), **GPU_HARNESS, **(harness or {}), "device": device}
+    ordered = {
+        k: tuple(sorted(set(rest[k]))) for k in ("multipliers", "paper_multipliers") if k in rest
+    }
+    return Sizes(
+        arch=arch,
+        vocab=vocab or smoke["tokenizer"]["vocab_size"],
+        harness=harness,
+        experts_implementation=smoke["model"]["experts_implementation"],
+        paper={**PAPER_LAYER, **(paper or {})},
+        **{**rest, **ordered},
+    )
+
+
+def settings_of(sizes: Sizes) -> dict:
+    """The settings that describe a check's results (its settings hash)."""
+    return {
+        "seed": sizes.seed,
+        "model": {
+            "source": "random init, seeded (not trained)",
+            "architecture": sizes.arch,
+            "vocab_size": sizes.vocab,
+            "scale": SCALE,
+            "experts_implementation": sizes.experts_implementation,
+            "dtypes": list(sizes.dtypes),
+            "families": list(sizes.families),
+        },
+        "sequences": {
+            "count": sizes.sequences,
+            "tokens": sizes.tokens,
+            "source": "uniform random ids",
+        },
+        "harness": sizes.harness,
+        "bandwidth": {
+            "multipliers": list(sizes.multipliers),
+            "ring_mib": sizes.ring_mib,
+            "rounds": sizes.rounds,
+        },
+        "paper_layer": {
+            **sizes.paper,
+            "multipliers": list(sizes.paper_multipliers),
+            "ring_mib": sizes.paper_ring_mib,
+        },
+    }
 
 
 def cuda_device(device: str) -> torch.device:
@@ -111,165 +189,175 @@ def cuda_device(device: str) -> torch.device:
 
 
 def run(out_path, device: str = "cuda", log=None, **sizes) -> dict:
-    """The check on one CUDA device; writes `out_path` (JSON). `sizes`: measure_device's."""
+    """The check on one CUDA device; writes `out_path` (JSON), then refuses if anything
+    failed. `sizes`: smoke_sizes' overrides."""
     log = log or say
     dev = cuda_device(device)
     torch.cuda.set_device(dev)  # current device = dev: its current stream, its allocator
-    name = torch.cuda.get_device_name(dev)
-    log(f"gpu-check on {dev} ({name})")
+    log(f"gpu-check on {dev} ({torch.cuda.get_device_name(dev)})")
     report, settings = measure_device(str(dev), log=log, **sizes)
-    provenance.write_results(out_path, report, settings, str(dev))
+    return finish(out_path, report, settings, str(dev), log)
+
+
+def finish(out_path, report: dict, settings: dict, device: str, log=None) -> dict:
+    """Write the results file; then, where a part raised or a gate failed, one line naming
+    each (MoecacheError: the command exits non-zero)."""
+    log = log or say
+    provenance.write_results(out_path, report, settings, device)
     for line in summary(report):
         log(line)
     log(f"wrote {out_path} in {report['seconds']:.0f} s")
-    if report["errors"]:
-        raise MoecacheError(
-            f"gpu-check: {', '.join(report['errors'])} raised "
-            f"({'; '.join(e['error'] for e in report['errors'].values())}); "
-            f"the rest is in {out_path}"
-        )
+    raised = [f"{name} raised ({e['error']})" for name, e in report["errors"].items()]
+    problems = raised + failed_gates(report)
+    if problems:
+        raise MoecacheError(f"gpu-check failed: {'; '.join(problems)}; all in {out_path}")
     return report
+
+
+def failed_gates(report: dict) -> list[str]:
+    """Every failed gate, named by its model and dtype."""
+    found = []
+    for label, result in gate_results(report):
+        found += [f"gate {label}: {failure}" for failure in result.get("failures", [])]
+    return found
+
+
+def gate_results(report: dict):
+    """(label, gates report) of the smoke model per dtype, then of every other family."""
+    yield from report["gates"].items()
+    for family, by_dtype in report.get("families", {}).items():
+        for dtype, result in by_dtype.items():
+            yield f"{family} {dtype}", result
 
 
 def say(line: str) -> None:
     print(line, flush=True)
 
 
-def measure_device(
-    device: str,
-    *,
-    arch: dict | None = None,
-    vocab: int = VOCAB,
-    sequences: int = SEQUENCES,
-    tokens: int = TOKENS,
-    dtypes=DTYPES,
-    harness: dict | None = None,
-    multipliers=MULTIPLIERS,
-    ring_mib: int = RING_MIB,
-    rounds: int = ROUNDS,
-    paper: dict | None = None,
-    paper_multipliers=PAPER_MULTIPLIERS,
-    paper_ring_mib: int = PAPER_RING_MIB,
-    seed: int = SEED,
-    log=say,
-    families=FAMILIES,
-) -> tuple[dict, dict]:
-    """Every part on `device`; returns the report and the settings that describe it."""
-    arch = dict(arch or SMOKE_ARCH)
-    arch["max_position_embeddings"] = max(arch["max_position_embeddings"], tokens)
-    harness = {**copy.deepcopy(HARNESS), **(harness or {}), "device": device}
-    paper = {**PAPER_LAYER, **(paper or {})}
-    multipliers, paper_multipliers = sorted(set(multipliers)), sorted(set(paper_multipliers))
-    settings = {
-        "seed": seed,
-        "model": {
-            "source": "random init, seeded (not trained)",
-            "architecture": arch,
-            "vocab_size": vocab,
-            "scale": SCALE,
-            "experts_implementation": EXPERTS_IMPLEMENTATION,
-            "dtypes": list(dtypes),
-            "families": list(families),
-        },
-        "sequences": {"count": sequences, "tokens": tokens, "source": "uniform random ids"},
-        "harness": harness,
-        "bandwidth": {"multipliers": multipliers, "ring_mib": ring_mib, "rounds": rounds},
-        "paper_layer": {**paper, "multipliers": paper_multipliers, "ring_mib": paper_ring_mib},
-    }
-    started = time.perf_counter()
-    errors: dict[str, dict] = {}
+class Parts:
+    """The check's parts, run one by one: a part that raises is recorded with its error
+    (and traceback) and the next part runs."""
 
-    def step(name, work):
-        """One part: its result, or None with the error recorded (and the next part runs)."""
-        log(f"[{time.perf_counter() - started:6.1f} s] {name} ...")
+    def __init__(self, device: str, log):
+        self.device, self.log = device, log
+        self.errors: dict[str, dict] = {}
+        self.started = time.perf_counter()
+
+    def step(self, name: str, work):
+        """A part's result, or None with its error recorded."""
+        self.log(f"[{time.perf_counter() - self.started:6.1f} s] {name} ...")
         try:
             return work()
         except Exception as error:  # noqa: BLE001  (recorded in the results, not lost)
-            errors[name] = {"error": f"{type(error).__name__}: {first_line(error)}"}
-            errors[name]["traceback"] = traceback.format_exc()
-            log(f"  {name} raised {errors[name]['error']}")
+            self.errors[name] = {"error": f"{type(error).__name__}: {first_line(error)}"}
+            self.errors[name]["traceback"] = traceback.format_exc()
+            self.log(f"  {name} raised {self.errors[name]['error']}")
             return None
         finally:
-            release(device)
+            release(self.device)
 
-    def recorded(name, work):
+    def recorded(self, name: str, work) -> dict:
         """A part's result, or its error where it raised."""
-        result = step(name, work)
-        return {"error": errors[name]["error"]} if result is None else result
+        result = self.step(name, work)
+        return {"error": self.errors[name]["error"]} if result is None else result
 
-    def dtype_part(saved, dtype, arch, ids, harness, label=None):
-        """The saved model loaded in `dtype` onto the device as the pipeline loads it: what
-        the device holds while pooled, then the gates (recorded, not checked). `label`:
-        the parts' names (default: the dtype)."""
-        label = label or dtype
-        from moecache.model import checkpoint
 
-        device = harness["device"]
-        model = step(
+def measure_device(device: str, *, log=say, **overrides) -> tuple[dict, dict]:
+    """Every part on `device`; returns the report and the settings that describe it.
+    `overrides`: smoke_sizes' (reduced sizes in the tests)."""
+    sizes = smoke_sizes(device, **overrides)
+    parts = Parts(device, log)
+    with tempfile.TemporaryDirectory(prefix="moecache-gpu-check-") as folder:
+        model, ids = smoke_model_saved(sizes, Path(folder) / "model")
+        smoke = {
+            dtype: dtype_part(parts, Path(folder) / "model", dtype, sizes, ids)
+            for dtype in sizes.dtypes
+        }
+        families = {
+            family: family_part(parts, Path(folder) / family, family, sizes, ids[:FAMILY_SEQUENCES])
+            for family in sizes.families
+        }
+    smoke_bandwidth = bandwidth_part(parts, model, sizes)
+    del model
+    paper_bandwidth = parts.step("paper layer", lambda: paper_layer_part(sizes, device))
+    if paper_bandwidth is not None:
+        log(bandwidth_line("paper layer", paper_bandwidth))
+    report = assemble(device, smoke, smoke_bandwidth, paper_bandwidth, parts)
+    report["families"] = {
+        f: {d: gates_of for d, (gates_of, _) in r.items()} for f, r in families.items()
+    }
+    return report, settings_of(sizes)
+
+
+def smoke_model_saved(sizes: Sizes, saved: Path):
+    """The smoke model (kept on the host for the bandwidth part), saved to `saved`, and the
+    check's token sequences."""
+    model = smoke_model(sizes.arch, sizes.vocab, sizes.seed)
+    model.save_pretrained(saved)
+    return model, smoke_sequences(sizes.vocab, sizes.sequences, sizes.tokens, sizes.seed)
+
+
+def dtype_part(parts: Parts, saved: Path, dtype: str, sizes: Sizes, ids, label=None):
+    """The saved model loaded in `dtype` onto the device as the pipeline loads it: what the
+    device holds while pooled, then the gates. `label`: the parts' names (the dtype)."""
+    from moecache.model import checkpoint
+
+    label, harness = label or dtype, sizes.harness
+    with threads(harness["threads"]):
+        model = parts.step(
             f"load {label}",
-            lambda: checkpoint.load(saved, dtype, device, arch, EXPERTS_IMPLEMENTATION),
+            lambda: checkpoint.load(
+                saved, dtype, harness["device"], sizes.arch, sizes.experts_implementation
+            ),
         )
         if model is None:
-            failed = {"error": errors[f"load {label}"]["error"]}
+            failed = {"error": parts.errors[f"load {label}"]["error"]}
             return failed, failed
-        held = recorded(
+        held = parts.recorded(
             f"memory {label}",
             lambda: pooled_memory(
                 model,
                 harness["restricted_layers"],
                 harness["capacity"],
-                device,
+                harness["device"],
                 harness["link_ring_mib"],
             ),
         )
-        report = recorded(f"gates {label}", lambda: gates_report(model, ids, harness, seed))
-        if "error" not in report and "error" not in held:
-            log(gate_line(label, report, held))
-        return report, held
+        report = parts.recorded(
+            f"gates {label}", lambda: gates_report(model, ids, harness, sizes.seed)
+        )
+    if "error" not in report and "error" not in held:
+        parts.log(gate_line(label, report, held))
+    return report, held
 
-    gate_reports, memory, family_gates = {}, {}, {}
-    with tempfile.TemporaryDirectory(prefix="moecache-gpu-check-") as folder:
-        saved = Path(folder) / "model"
-        model = smoke_model(arch, vocab, seed)
-        model.save_pretrained(saved)
-        ids = smoke_sequences(vocab, sequences, tokens, seed)
-        for dtype in dtypes:
-            with threads(harness["threads"]):
-                gate_reports[dtype], memory[dtype] = dtype_part(saved, dtype, arch, ids, harness)
-        # Every other family's tiny model through the same gates, on fewer sequences.
-        for family in families:
-            saved = Path(folder) / family
-            step(f"build {family}", lambda f=family, s=saved: family_model(f, arch, vocab, seed, s))
-            for dtype in dtypes:
-                with threads(harness["threads"]):
-                    gates_of, _ = dtype_part(
-                        saved, dtype, arch, ids[:FAMILY_SEQUENCES], harness, f"{family} {dtype}"
-                    )
-                family_gates.setdefault(family, {})[dtype] = gates_of
-    # As `moecache bandwidth`: the copies rotate over every restricted layer's experts.
+
+def family_part(parts: Parts, saved: Path, family: str, sizes: Sizes, ids) -> dict:
+    """Another family's tiny model through the same gates, per dtype: {dtype: (gates, memory)}."""
+    parts.step(
+        f"build {family}", lambda: family_model(family, sizes.arch, sizes.vocab, sizes.seed, saved)
+    )
+    return {
+        dtype: dtype_part(parts, saved, dtype, sizes, ids, f"{family} {dtype}")
+        for dtype in sizes.dtypes
+    }
+
+
+def bandwidth_part(parts: Parts, model, sizes: Sizes) -> dict | None:
+    """As `moecache bandwidth`: the copies rotate over every restricted layer's experts."""
     adapter = registry.of(model)
-    experts = [adapter.layer_experts(model, layer) for layer in harness["restricted_layers"]]
-    smoke_bandwidth = step(
+    experts = [adapter.layer_experts(model, layer) for layer in sizes.harness["restricted_layers"]]
+    measured = parts.step(
         "bandwidth",
-        lambda e=experts: bandwidth.measure(e, device, multipliers, ring_mib, rounds),
+        lambda: bandwidth.measure(
+            experts, parts.device, list(sizes.multipliers), sizes.ring_mib, sizes.rounds
+        ),
     )
-    del model, experts
-    if smoke_bandwidth is not None:
-        log(bandwidth_line("smoke experts", smoke_bandwidth))
-    paper_bandwidth = step(
-        "paper layer",
-        lambda: paper_layer_part(paper, device, paper_multipliers, paper_ring_mib, rounds, seed),
-    )
-    if paper_bandwidth is not None:
-        log(bandwidth_line("paper layer", paper_bandwidth))
-    report = assemble(
-        device, gate_reports, memory, smoke_bandwidth, paper_bandwidth, errors, started
-    )
-    report["families"] = family_gates
-    return report, settings
+    if measured is not None:
+        parts.log(bandwidth_line("smoke experts", measured))
+    return measured
 
 
-def assemble(device, gate_reports, memory, smoke_bandwidth, paper_bandwidth, errors, started):
+def assemble(device, smoke: dict, smoke_bandwidth, paper_bandwidth, parts: Parts) -> dict:
     """The results file's numbers; the paper layer's copy figures also at the top level."""
     report = {
         "device_name": provenance.device_name(device),
@@ -278,64 +366,17 @@ def assemble(device, gate_reports, memory, smoke_bandwidth, paper_bandwidth, err
         "loop_gib_per_s": None,
         "large_gib_per_s": None,
         "expert_bytes": None,
-        "gates": gate_reports,
-        "memory": memory,
+        "gates": {dtype: gates_of for dtype, (gates_of, _) in smoke.items()},
+        "memory": {dtype: held for dtype, (_, held) in smoke.items()},
         "bandwidth": smoke_bandwidth,
         "paper_layer": paper_bandwidth,
-        "errors": errors,
-        "seconds": time.perf_counter() - started,
+        "errors": parts.errors,
+        "seconds": time.perf_counter() - parts.started,
     }
     if paper_bandwidth is not None:
         for key in ("tau_ms", "loop_gib_per_s", "large_gib_per_s", "expert_bytes"):
             report[key] = paper_bandwidth[key]
     return report
-
-
-class _Vocabulary:
-    """What `checkpoint.embedded_config` reads of a tokenizer: its size and special ids."""
-
-    def __init__(self, size: int):
-        self.size, self.bos_token_id, self.eos_token_id, self.pad_token_id = size, 0, 1, None
-
-    def __len__(self) -> int:
-        return self.size
-
-
-def smoke_model(arch: dict, vocab: int, seed: int):
-    """The embedded model (an OLMoE) at `arch`'s sizes from a seeded random init, on the
-    CPU, float32, its experts and output head scaled by SCALE."""
-    from transformers import AutoModelForCausalLM
-
-    from moecache.model import checkpoint, registry
-
-    config = checkpoint.embedded_config(arch, _Vocabulary(vocab), router_aux_loss_coef=0.01)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config).eval()
-    adapter = registry.of(model)
-    with torch.no_grad():
-        for layer in adapter.sizes(model.config).moe_layers:
-            experts = adapter.layer_experts(model, layer)
-            experts.gate_up_proj.mul_(SCALE["gate_up_proj"])
-            experts.down_proj.mul_(SCALE["down_proj"])
-        model.lm_head.weight.mul_(SCALE["lm_head"])
-    return model
-
-
-def family_model(family: str, arch: dict, vocab: int, seed: int, folder: Path) -> Path:
-    """`family`'s tiny model at the smoke sizes (its experts drawn large enough to matter,
-    tiny.model), its output head sharpened as the smoke model's, saved."""
-    from moecache.model import tiny
-
-    model = tiny.model(family, arch, vocab, seed)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(SCALE["lm_head"])
-    model.save_pretrained(folder)
-    return folder
-
-
-def smoke_sequences(vocab: int, count: int, tokens: int, seed: int) -> list[list[int]]:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (count, tokens), generator=generator).tolist()
 
 
 @contextlib.contextmanager
@@ -349,92 +390,36 @@ def threads(count: int):
 
 
 def gates_report(model, ids, harness: dict, seed: int) -> dict:
+    """The gates on `model`; below float32 the teacher-forced-against-batched gate holds to
+    the tolerance its own rounding sets (`rounding_tolerance`)."""
     torch.manual_seed(seed)
     report = gates.run(model, ids, harness, seed)
+    if next(model.parameters()).dtype != torch.float32:
+        exact = decode.batched_nll(float32_copy(model), ids, harness["device"])
+        report.update(rounding_tolerance(report["batched_nll"], exact))
+        report["failures"] = gates.failures(report)
     report["passed"] = not report["failures"]
     return report
 
 
-def pooled_memory(model, layers, capacity: int, device: str, ring_mib: int) -> dict:
-    """What the device holds while `layers` are pooled at `capacity` slots: the weights
-    left on it plus the slots (and the link's ring), and whether the pooled layers' own
-    expert weights left it; on a GPU beside torch.cuda.memory_allocated."""
-    device = torch.device(device)
-    cuda = device.type == "cuda"
-
-    def allocated() -> int:
-        torch.cuda.synchronize(device)
-        return torch.cuda.memory_allocated(device)
-
-    def nbytes(params) -> int:
-        return sum(p.numel() * p.element_size() for p in params)
-
-    report = {"restricted_layers": list(layers), "capacity": capacity}
-    if cuda:
-        report["allocated_unpooled_bytes"] = allocated()
-    with decode.offloaded(model, layers, capacity, str(device), ring_mib) as off:
-        modules = [off.adapter.experts(mlp) for mlp in off.own.values()]
-        offloaded = [p for experts in modules for p in experts.parameters()]
-        ids = {id(p) for p in offloaded}
-        kept = [p for p in model.parameters() if id(p) not in ids]
-        report.update(
-            {
-                "offloaded_expert_bytes": nbytes(offloaded),
-                "offloaded_experts_on_host": all(p.device.type == "cpu" for p in offloaded),
-                "other_weights_on_device": all(same_device(p.device, device) for p in kept),
-                "weights_bytes": nbytes(kept),
-                "slot_bytes": sum(host.slot_bytes for host in off.hosts.values()),
-                "link_ring_bytes": off.link.nbytes,
-                "harness_device_bytes": off.device_bytes(),  # the harness's own account
-            }
-        )
-        report["held_bytes"] = report["weights_bytes"] + report["slot_bytes"]
-        # `moecache plan`'s prediction, from the model's config alone.
-        element = next(iter(model.parameters())).element_size()
-        planned = plan.held(model.config, layers, capacity, element)["held_bytes"]
-        report["planned_held_bytes"] = planned
-        report["plan_matches"] = planned == report["held_bytes"]
-        if cuda:
-            report["allocated_pooled_bytes"] = allocated()
-            # Model unpooled, less the experts that left, plus slots and the link's ring.
-            expected = (
-                report["allocated_unpooled_bytes"]
-                - report["offloaded_expert_bytes"]
-                + report["slot_bytes"]
-                + report["link_ring_bytes"]
-            )
-            report["allocated_pooled_expected_bytes"] = expected
-            report["allocated_pooled_excess_bytes"] = report["allocated_pooled_bytes"] - expected
-    if cuda:
-        report["allocated_after_bytes"] = allocated()
-        report["max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
-    return report
+def rounding_tolerance(batched_nll: float, float32_nll: float) -> dict:
+    """The teacher-forced-against-batched tolerance of a lower precision: ROUNDING_FACTOR
+    times how far its rounding moves the batched NLL from the same weights computed in
+    float32, never below float32's own tolerance (docs/gpu-check.md)."""
+    rounding = abs(batched_nll - float32_nll)
+    return {
+        "batched_float32_nll": float32_nll,
+        "rounding_nll": rounding,
+        "batched_tolerance": max(gates.BATCHED_TOLERANCE, ROUNDING_FACTOR * rounding),
+    }
 
 
-def same_device(a: torch.device, b: torch.device) -> bool:
-    """`cuda` and `cuda:N` alike when N is the current device."""
-
-    def index(d):
-        return torch.cuda.current_device() if d.type == "cuda" and d.index is None else d.index
-
-    return a.type == b.type and index(a) == index(b)
-
-
-def paper_experts(layer: dict, seed: int):
-    """The embedded family's experts module at `layer`'s sizes, on the host, seeded random
-    weights (N(0, 0.02)) in `layer['dtype']`: what HostExperts and the slot kernel read."""
-    from moecache.model import checkpoint, tiny
-
-    return tiny.experts(
-        "olmoe", layer, checkpoint.DTYPES[layer["dtype"]], seed, EXPERTS_IMPLEMENTATION
-    )
-
-
-def paper_layer_part(layer: dict, device: str, multipliers, ring_mib: int, rounds: int, seed):
-    experts = paper_experts(layer, seed)
-    result = bandwidth.measure([experts], device, multipliers, ring_mib, rounds)
+def paper_layer_part(sizes: Sizes, device: str) -> dict:
+    experts = paper_experts(sizes.paper, sizes.seed, sizes.experts_implementation)
+    multipliers = list(sizes.paper_multipliers)
+    result = bandwidth.measure([experts], device, multipliers, sizes.paper_ring_mib, sizes.rounds)
     result["layer"] = {
-        **layer,
+        **sizes.paper,
         "gate_up_proj": list(experts.gate_up_proj.shape),
         "down_proj": list(experts.down_proj.shape),
         "layer_bytes": result["expert_bytes"] * result["experts"],

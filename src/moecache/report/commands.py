@@ -47,7 +47,9 @@ def cmd_choose(args):
         # The copy time measured through the link m times slower, else m x tau(1).
         tau = cost_model.tau_at(bandwidth, args.multiplier, args.bandwidth, strict=False)
     points = cost_model.read_points(args.runs, tau1)
-    report = cost_model.choose_report(points, tau, args.max_loss, args.seed)
+    report = cost_model.choose_report(
+        points, tau, args.max_loss, args.seed, args.include_baseline, args.bandwidth is None
+    )
     lines = cost_model.choose_summary(report)
     emit(args, report, lines, [*args.runs, *([args.bandwidth] if args.bandwidth else [])])
 
@@ -145,6 +147,11 @@ def register_choose(sub) -> None:
     )
     p.add_argument("--max-loss", type=float, required=True, help="largest Delta NLL allowed")
     p.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap")
+    p.add_argument(
+        "--include-baseline",
+        action="store_true",
+        help="let the all-resident run (all) be chosen too",
+    )
 
 
 def register_numbers(sub) -> None:

@@ -10,6 +10,8 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
+from matplotlib.transforms import Bbox  # noqa: E402
 
 from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
@@ -23,7 +25,7 @@ COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
 def fig1(runs, scaled, bandwidth):
     """Delta NLL against tokens/s: measured at 1x; equation (1) with every timed copy at
     each higher multiplier, with the runs measured there drawn apart. Every point has its
-    95% interval over sequences."""
+    95% interval over sequences and its run's name, placed where no other name is."""
     if not bandwidth:
         raise MoecacheError("fig1: give --bandwidth (this machine's tau)")
     own = read(bandwidth[0])
@@ -37,48 +39,9 @@ def fig1(runs, scaled, bandwidth):
     fig, axes = plt.subplots(
         1, len(multipliers), figsize=(4.2 * len(multipliers), 3.8), sharey=True, squeeze=False
     )
+    drawn = []
     for ax, m in zip(axes[0], multipliers, strict=True):
-        for i, p in enumerate(points):
-            kind = "restricted" if p.restricts else "preserved"
-            if m == 1:
-                x, (lo, hi), style = p.tokens_per_second, p.tokens_per_second_ci, {"fmt": "o"}
-            else:
-                x = 1e3 / p.ms_per_token(taus[m])
-                ms = p.predicted_interval(taus[m])
-                lo, hi = (x, x) if ms is None else (1e3 / ms[1], 1e3 / ms[0])
-                style = {"fmt": "^", "alpha": 0.8}
-            ax.errorbar(
-                x,
-                p.delta_nll,
-                xerr=[[max(x - lo, 0)], [max(hi - x, 0)]],
-                color=COLORS[kind],
-                ms=6,
-                capsize=2,
-                elinewidth=0.8,
-                **style,
-            )
-            # Lossless points share Delta NLL 0: stagger their labels.
-            offset = (3, 3 + 9 * (i % 3))
-            ax.annotate(
-                p.run, (x, p.delta_nll), fontsize=7, xytext=offset, textcoords="offset points"
-            )
-            if m != 1 and p.run in measured[m]:
-                # The run repeated at m, joined to its prediction so each square has a name.
-                real = measured[m][p.run]
-                rx, (rlo, rhi) = real.tokens_per_second, real.tokens_per_second_ci
-                ax.plot([x, rx], [p.delta_nll] * 2, color="grey", lw=0.8, ls=":")
-                ax.errorbar(
-                    rx,
-                    p.delta_nll,
-                    xerr=[[max(rx - rlo, 0)], [max(rhi - rx, 0)]],
-                    fmt="s",
-                    mfc="none",
-                    mec="black",
-                    ecolor="black",
-                    ms=8,
-                    capsize=3,
-                    elinewidth=0.8,
-                )
+        drawn.append([draw_run(ax, p, m, taus[m], measured.get(m, {})) for p in points])
         ax.set_title(
             "measured, 1x copies"
             if m == 1
@@ -86,16 +49,58 @@ def fig1(runs, scaled, bandwidth):
             fontsize=9,
         )
         ax.set_xlabel("tokens / s")
-        ax.margins(x=0.08, y=0.2)  # room for the staggered labels
+        ax.margins(x=0.12, y=0.35)  # room for the names around the points
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("Delta NLL (nats)")
-    handles = [
-        plt.Line2D([], [], color=COLORS["preserved"], marker="o", ls="", label="routing preserved"),
-        plt.Line2D(
-            [], [], color=COLORS["restricted"], marker="o", ls="", label="routing restricted"
-        ),
-        plt.Line2D([], [], color="grey", marker="^", ls="", label="predicted, c + n tau(m)"),
-        plt.Line2D(
+    fig.legend(handles=fig1_legend(), loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle(
+        f"Quality against speed as copies get slower (tau(1) = {tau1:.3g} ms; "
+        "n = every timed copy)",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    for ax, marks in zip(axes[0], drawn, strict=True):  # once the axes have their place
+        place_labels(ax, marks)
+    return fig, [*runs, *scaled, *bandwidth]
+
+
+def draw_run(ax, p, m, tau, measured: dict) -> tuple[str, float, float]:
+    """One run's point in the panel of multiplier `m` (measured at 1x, else predicted at
+    `tau`), and the run repeated at m where it was; returns its name and place."""
+    kind = "restricted" if p.restricts else "preserved"
+    if m == 1:
+        x, (lo, hi), style = p.tokens_per_second, p.tokens_per_second_ci, {"fmt": "o"}
+    else:
+        x = 1e3 / p.ms_per_token(tau)
+        ms = p.predicted_interval(tau)
+        lo, hi = (x, x) if ms is None else (1e3 / ms[1], 1e3 / ms[0])
+        style = {"fmt": "^", "alpha": 0.8}
+    bar = {"ms": 6, "capsize": 2, "elinewidth": 0.8, "color": COLORS[kind], **style}
+    ax.errorbar(x, p.delta_nll, xerr=[[max(x - lo, 0)], [max(hi - x, 0)]], **bar)
+    if p.run in measured:
+        # The run repeated at m, joined to its prediction so each square has a name.
+        real = measured[p.run]
+        rx, (rlo, rhi) = real.tokens_per_second, real.tokens_per_second_ci
+        ax.plot([x, rx], [p.delta_nll] * 2, color="grey", lw=0.8, ls=":")
+        square = {"fmt": "s", "mfc": "none", "mec": "black", "ecolor": "black", "ms": 8}
+        ax.errorbar(
+            rx,
+            p.delta_nll,
+            xerr=[[max(rx - rlo, 0)], [max(rhi - rx, 0)]],
+            capsize=3,
+            elinewidth=0.8,
+            **square,
+        )
+    return p.run, x, p.delta_nll
+
+
+def fig1_legend() -> list:
+    line = plt.Line2D
+    return [
+        line([], [], color=COLORS["preserved"], marker="o", ls="", label="routing preserved"),
+        line([], [], color=COLORS["restricted"], marker="o", ls="", label="routing restricted"),
+        line([], [], color="grey", marker="^", ls="", label="predicted, c + n tau(m)"),
+        line(
             [],
             [],
             color="grey",
@@ -106,16 +111,74 @@ def fig1(runs, scaled, bandwidth):
             lw=0.8,
             label="measured at m, joined to its prediction",
         ),
-        plt.Line2D([], [], color="grey", marker="|", ls="-", lw=0.8, label="95% interval"),
+        line([], [], color="grey", marker="|", ls="-", lw=0.8, label="95% interval"),
     ]
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.suptitle(
-        f"Quality against speed as copies get slower (tau(1) = {tau1:.3g} ms; "
-        "n = every timed copy)",
-        fontsize=10,
+
+
+# Where a name may go, in points from its point: nearest first, eight directions a ring.
+LABEL_OFFSETS = [
+    (round(r * dx), round(r * dy))
+    for r in (5, 12, 20, 30, 42, 56, 72, 90)
+    for dx, dy in ((1, 0.4), (-1, 0.4), (1, -0.6), (-1, -0.6), (0, 1), (0, -1.2), (1, 1), (-1, 1))
+]
+MARKER_POINTS = 4  # half the side of the square a marker keeps free of names
+
+
+def place_labels(ax, marks) -> None:
+    """Name every (name, x, y) of `marks` at the nearest offset where its text box lies
+    inside the axes and clear of every name and marker placed; past a few points from its
+    marker a thin line leads to it."""
+    renderer = ax.figure.canvas.get_renderer()
+    pad = MARKER_POINTS * ax.figure.dpi / 72
+    taken = []
+    for _, x, y in marks:
+        px, py = ax.transData.transform((x, y))
+        taken.append(Bbox.from_extents(px - pad, py - pad, px + pad, py + pad))
+    for name, x, y in marks:
+        taken.append(place(ax, name, x, y, taken, renderer))
+
+
+def place(ax, name: str, x: float, y: float, taken: list, renderer):
+    """The first offset that fits; where none does (a panel too crowded), the one that
+    covers the least of the boxes taken, so the figure is still drawn. Returns its box."""
+    inside = ax.get_window_extent(renderer)
+    best = None
+    for dx, dy in LABEL_OFFSETS:
+        text = label(ax, name, x, y, dx, dy)
+        text.update_positions(renderer)  # placed as drawing would place it
+        box = Text.get_window_extent(text, renderer)  # the name's box, its line apart
+        outside = not (inside.x0 <= box.x0 and box.x1 <= inside.x1)
+        outside = outside or not (inside.y0 <= box.y0 and box.y1 <= inside.y1)
+        covered = sum(covered_area(box.padded(1), other) for other in taken)  # touch: clash
+        if best is None or (outside, covered) < best[0]:
+            if best is not None:
+                best[1].remove()
+            best = ((outside, covered), text, box)
+        else:
+            text.remove()
+        if best[0] == (False, 0):
+            break
+    return best[2]
+
+
+def covered_area(a, b) -> float:
+    width = min(a.x1, b.x1) - max(a.x0, b.x0)
+    height = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return max(width, 0) * max(height, 0)
+
+
+def label(ax, name: str, x: float, y: float, dx: int, dy: int):
+    far = abs(dx) > 6 or abs(dy) > 6
+    return ax.annotate(
+        name,
+        (x, y),
+        xytext=(dx, dy),
+        textcoords="offset points",
+        fontsize=7,
+        ha="left" if dx > 0 else "right" if dx < 0 else "center",
+        va="bottom" if dy > 0 else "top" if dy < 0 else "center",
+        arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"} if far else None,
     )
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    return fig, [*runs, *scaled, *bandwidth]
 
 
 def fig2(foresight, learned):
