@@ -212,10 +212,19 @@ def percent(share) -> str:
     return "n/a" if share is None else f"{100 * share:.1f}%"
 
 
-def cmd_replay(args):
-    from moecache.replay import engine, stream, tracefile
+def batched(args) -> bool:
+    """Whether --batch/--batching ask for union demand (moecache.replay.batch)."""
+    return args.batch > 1 or args.batching == "continuous"
 
-    if args.trace and tracefile.header(args.trace) is not None:
+
+def cmd_replay(args):
+    from moecache.replay import batch, engine, stream, tracefile
+
+    if batched(args):
+        demand, source = read_demand(args)
+        report = batch.report(demand, args.capacity, args.rule, args.batch, args.batching)
+        origin = demand.origin
+    elif args.trace and tracefile.header(args.trace) is not None:
         # The trace anyone can write may be a production day: streamed, a batch at a time.
         report = stream.report(args.trace, args.capacity, args.rule)
         source, origin = args.trace, None
@@ -235,12 +244,16 @@ def cmd_replay(args):
 
 
 def cmd_bound(args):
-    from moecache.replay import bound, stream, tracefile
+    from moecache.replay import batch, bound, stream, tracefile
 
     mixed = None
     if args.mixed_share is not None:
         mixed = {"share": args.mixed_share, "cost": args.mixed_cost, "seed": args.seed}
-    if args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
+    if batched(args):
+        demand, source = read_demand(args)
+        demand = batch.fitting(demand, args.batch, args.batching, args.capacity)
+        report, origin = bound.report(demand, args.capacity, mixed), demand.origin
+    elif args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
         report = stream.bounds(args.trace, args.capacity, mixed)
         source, origin = args.trace, None
     else:
@@ -265,9 +278,11 @@ def cmd_bound(args):
 
 
 def cmd_optimum(args):
-    from moecache.replay import bound
+    from moecache.replay import batch, bound
 
     demand, source = read_demand(args)
+    if batched(args):
+        demand = batch.fitting(demand, args.batch, args.batching, args.capacity)
     report = bound.optimum_report(demand, args.capacity)
     lines = [f"{'stream':24s} {'B_flat':>7s} {'optimum':>8s} {'DP':>5s} {'greedy':>7s} integral"]
     for r in report["streams"]:
@@ -280,9 +295,14 @@ def cmd_optimum(args):
 
 
 def cmd_foresight(args):
-    from moecache.replay import foresight, stream, tracefile
+    from moecache.replay import batch, foresight, stream, tracefile
 
-    if args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
+    if batched(args):
+        demand, source = read_demand(args)
+        k, held = args.foresight, args.heldout_last
+        report = batch.curve(demand, args.capacity, k, held, args.batch, args.batching)
+        origin = demand.origin
+    elif args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
         report = stream.foresight(args.trace, args.capacity, args.foresight, args.heldout_last)
         source, origin = args.trace, None
     else:
@@ -833,13 +853,22 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_trace_dump)
     p.add_argument("trace", type=Path)
 
-    p = on_demand(command("replay", cmd_replay, "replay demand under lossless eviction rules"))
+    def batching(p):
+        p.add_argument("--batch", type=int, default=1, help="sequences decoded at once (B)")
+        p.add_argument("--batching", choices=("static", "continuous"), default="static")
+        return p
+
+    p = batching(
+        on_demand(command("replay", cmd_replay, "replay demand under lossless eviction rules"))
+    )
     p.add_argument(
         "--rule",
         action="append",
         help="a rule, with parameters as name:key=value,...; repeat for more (default: all)",
     )
-    p = on_demand(command("bound", cmd_bound, "B_flat, the exact B* (LP) and greedy B_greedy"))
+    p = batching(
+        on_demand(command("bound", cmd_bound, "B_flat, the exact B* (LP) and greedy B_greedy"))
+    )
     p.add_argument(
         "--mixed-share",
         type=float,
@@ -847,8 +876,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--mixed-cost", type=float, default=0.5, help="their cost per copy")
     p.add_argument("--seed", type=int, default=0, help="seed of the experts drawn")
-    on_demand(command("optimum", cmd_optimum, "the exact fewest copies per stream (the LP)"))
-    p = on_demand(command("foresight", cmd_foresight, "gap recovered with k tokens of foresight"))
+    batching(
+        on_demand(command("optimum", cmd_optimum, "the exact fewest copies per stream (the LP)"))
+    )
+    p = batching(
+        on_demand(command("foresight", cmd_foresight, "gap recovered with k tokens of foresight"))
+    )
     p.add_argument("--foresight", type=int, nargs="+", required=True, help="values of k")
     p.add_argument(
         "--heldout-last", type=int, default=0, help="the last this many sequences are held out"

@@ -201,3 +201,19 @@ def described(demand: Batched, capacity: int) -> dict:
         "steps_in_rounds": int((widths > capacity).sum()),
         "sequence_tokens": demand.sequence_tokens,
     }
+
+
+def curve(demand: Demand, capacity: int, ks: list[int], heldout_last: int, size, batching):
+    """foresight.curve of the batched demand; held out are the last `heldout_last` batches."""
+    from moecache.replay import foresight
+
+    union_demand = batched(demand, size, batching)
+    out = foresight.curve_parts([union_demand], capacity, ks, heldout_last, replay=serve)
+    return {**out, "batch": described(union_demand, capacity)}
+
+
+def fitting(demand: Demand, size: int, batching: str, capacity: int) -> Batched:
+    """The batched demand for the bounds and the LP: every union must fit the pool."""
+    union_demand = batched(demand, size, batching)
+    union_demand.check_fits(capacity)
+    return union_demand
