@@ -21,7 +21,7 @@ import numpy as np
 
 from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture, next_requests
-from moecache.replay import engine, lp, optimum
+from moecache.replay import batch, engine, lp, optimum
 from moecache.replay.demand import PAD, Demand
 
 # Within-token orders tried for B_flat (each request's next use: the next token asking for it).
@@ -42,14 +42,18 @@ def within_token(demand: Demand, order: str) -> np.ndarray:
 
 
 def flattened(demand: Demand, order: str) -> Demand:
-    """Each token's k experts as k consecutive single-request tokens."""
+    """Each token's experts as consecutive single-request tokens (a batched union may
+    request fewer than k: its PAD entries are dropped)."""
     requests = within_token(demand, order)
     streams, steps, k = requests.shape
+    flat = requests.reshape(streams, steps * k)
+    real = flat != PAD
+    flat = np.take_along_axis(flat, np.argsort(~real, axis=1, kind="stable"), axis=1)
     return Demand(
         demand.streams,
         demand.sequences,
-        requests.reshape(streams, steps * k, 1),
-        demand.lengths * k,
+        flat[..., None],
+        real.sum(axis=1),
         demand.num_experts,
     )
 
@@ -57,6 +61,8 @@ def flattened(demand: Demand, order: str) -> Demand:
 def farthest_future(demand: Demand, capacity: int) -> np.ndarray:
     """Greedy farthest-future copies (after_fill) per stream; on single requests this is
     classical MIN (Belady)."""
+    if isinstance(demand, batch.Batched):  # unions of many widths: a stream at a time
+        return batch.serve(demand, "farthest-future", capacity).after_fill
     policy = FarthestFuture(capacity, demand.num_experts, demand.top_k)
     return engine.run(demand, policy).after_fill
 
@@ -210,6 +216,8 @@ def dp(demand: Demand, capacity: int) -> np.ndarray:
     for length in np.unique(demand.lengths):
         same = demand.lengths == length
         requests = demand.requests[same, :length]
+        # A union narrower than the widest repeats its first expert: the same set.
+        requests = np.where(requests == PAD, requests[..., :1], requests)
         best[same] = optimum.exact_insertions(requests, demand.num_experts, capacity)
     return best - np.minimum(capacity, demand.distinct)
 
