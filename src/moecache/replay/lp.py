@@ -125,7 +125,9 @@ def _stream(requests, num_experts: int, capacity: int, where: str = "") -> np.nd
     real_rows = np.flatnonzero(~pad)
     length = int(real_rows[-1]) + 1 if len(real_rows) else 0  # PAD only after the end
     real = requests[:length]
-    bad = ((real < 0) & (real != PAD)) | (real >= num_experts)  # PAD ends a narrower token
+    # PAD may end a narrower token (a batched union), never fill one before the end.
+    bad = (real < 0) & ((real != PAD) | (real == PAD).all(axis=1, keepdims=True))
+    bad |= real >= num_experts
     if bad.any():
         t, j = np.argwhere(bad)[0]
         raise MoecacheError(
