@@ -8,10 +8,12 @@ import math
 import subprocess
 
 import numpy as np
+import pytest
 from conftest import BIN, env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from moecache.errors import MoecacheError
 from moecache.policies.lru import LRU
 from moecache.replay import batch, bound, engine
 from moecache.replay.demand import Demand, padded
@@ -225,3 +227,11 @@ def test_bounds_refuse_a_union_over_capacity_in_one_line(tmp_path):
         errors = result.stderr.strip().splitlines()
         assert len(errors) == 1 and errors[0].startswith("moecache: error: --batch 2:")
         assert "up to 4 experts" in errors[0] and "capacity 3" in errors[0]
+
+
+def test_a_batch_size_below_one_or_an_unknown_batching_is_refused():
+    demand = demand_of([[[0], [1]]], 2)
+    with pytest.raises(MoecacheError, match="--batch 0: must be at least 1"):
+        batch.batched(demand, 0)
+    with pytest.raises(MoecacheError, match="--batching dynamic: known are static, continuous"):
+        batch.batched(demand, 2, "dynamic")

@@ -214,7 +214,7 @@ def percent(share) -> str:
 
 def batched(args) -> bool:
     """Whether --batch/--batching ask for union demand (moecache.replay.batch)."""
-    return args.batch > 1 or args.batching == "continuous"
+    return args.batch != 1 or args.batching == "continuous"
 
 
 def cmd_replay(args):

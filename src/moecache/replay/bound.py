@@ -285,11 +285,6 @@ def optimum_report(demand: Demand, capacity: int) -> dict:
 # -- non-unit costs: experts kept at mixed precision -------------------------------------
 
 
-def layer_of(stream: str) -> str:
-    """A trace stream is "layer<L>/seq<S>"; other ids are their own layer."""
-    return stream.split("/")[0]
-
-
 def mixed_costs(demand: Demand, share: float, cost: float, seed: int) -> np.ndarray:
     """[streams, N] copy cost per expert: in each layer a seeded random `share` of the
     experts is kept at lower precision and costs `cost` a copy, the others 1 (the same
@@ -302,12 +297,12 @@ def drawn_costs(demand: Demand, share: float, cost: float, draws: dict) -> np.nd
     """mixed_costs, drawing each layer's costs from draws["rng"] the first time the layer
     is seen (kept in draws["layers"]), so parts of one trace share them."""
     low, per_layer = round(share * demand.num_experts), draws["layers"]
-    for layer in dict.fromkeys(map(layer_of, demand.streams)):  # first-seen order
+    for layer in dict.fromkeys(map(batch.layer_of, demand.streams)):  # first-seen order
         if layer not in per_layer:
             costs = np.ones(demand.num_experts)
             costs[draws["rng"].choice(demand.num_experts, low, replace=False)] = cost
             per_layer[layer] = costs
-    return np.stack([per_layer[layer_of(s)] for s in demand.streams])
+    return np.stack([per_layer[batch.layer_of(s)] for s in demand.streams])
 
 
 def mixed_precision(demand: Demand, capacity: int, share: float, cost: float, seed: int) -> dict:
