@@ -36,7 +36,9 @@ class FarthestFuture(EvictionPolicy):
     def reset(self, future=None, streams=1):
         """`future`: one stream's requests per token, or [streams, T, k] ids padded with -1."""
         super().reset(future, streams)
-        demand = np.asarray(future, dtype=np.int64).reshape(streams, -1, self.top_k)
+        demand = np.asarray(future, dtype=np.int64)
+        # Rows as wide as recorded: a batched step's union may be wider than one request.
+        demand = demand.reshape(streams, -1, demand.shape[-1])
         # ahead[s, e]: the next token that requests e; after[t]: what it becomes once
         # token t has used its experts, for the experts at recorded[t] (flat indices, in
         # the recorded order, which a run may permute).

@@ -21,7 +21,7 @@ import numpy as np
 
 from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture, next_requests
-from moecache.replay import engine, lp, optimum
+from moecache.replay import batch, engine, lp, optimum
 from moecache.replay.demand import PAD, Demand, subset
 
 # Within-token orders tried for B_flat (each request's next use: the next token asking for it).
@@ -42,14 +42,18 @@ def within_token(demand: Demand, order: str) -> np.ndarray:
 
 
 def flattened(demand: Demand, order: str) -> Demand:
-    """Each token's k experts as k consecutive single-request tokens."""
+    """Each token's experts as consecutive single-request tokens (a batched union may
+    request fewer than k: its PAD entries are dropped)."""
     requests = within_token(demand, order)
     streams, steps, k = requests.shape
+    flat = requests.reshape(streams, steps * k)
+    real = flat != PAD
+    flat = np.take_along_axis(flat, np.argsort(~real, axis=1, kind="stable"), axis=1)
     return Demand(
         demand.streams,
         demand.sequences,
-        requests.reshape(streams, steps * k, 1),
-        demand.lengths * k,
+        flat[..., None],
+        real.sum(axis=1),
         demand.num_experts,
     )
 
@@ -57,6 +61,8 @@ def flattened(demand: Demand, order: str) -> Demand:
 def farthest_future(demand: Demand, capacity: int) -> np.ndarray:
     """Greedy farthest-future copies (after_fill) per stream; on single requests this is
     classical MIN (Belady)."""
+    if isinstance(demand, batch.Batched):  # unions of many widths: a stream at a time
+        return batch.serve(demand, "farthest-future", capacity).after_fill
     policy = FarthestFuture(capacity, demand.num_experts, demand.top_k)
     return engine.run(demand, policy).after_fill
 
@@ -210,6 +216,8 @@ def dp(demand: Demand, capacity: int) -> np.ndarray:
     for length in np.unique(demand.lengths):
         same = demand.lengths == length
         requests = demand.requests[same, :length]
+        # A union narrower than the widest repeats its first expert: the same set.
+        requests = np.where(requests == PAD, requests[..., :1], requests)
         best[same] = optimum.exact_insertions(requests, demand.num_experts, capacity)
     return best - np.minimum(capacity, demand.distinct)
 
@@ -277,11 +285,6 @@ def optimum_report(demand: Demand, capacity: int) -> dict:
 # -- non-unit costs: experts kept at mixed precision -------------------------------------
 
 
-def layer_of(stream: str) -> str:
-    """A trace stream is "layer<L>/seq<S>"; other ids are their own layer."""
-    return stream.split("/")[0]
-
-
 def mixed_costs(demand: Demand, share: float, cost: float, seed: int) -> np.ndarray:
     """[streams, N] copy cost per expert: in each layer a seeded random `share` of the
     experts is kept at lower precision and costs `cost` a copy, the others 1 (the same
@@ -294,12 +297,12 @@ def drawn_costs(demand: Demand, share: float, cost: float, draws: dict) -> np.nd
     """mixed_costs, drawing each layer's costs from draws["rng"] the first time the layer
     is seen (kept in draws["layers"]), so parts of one trace share them."""
     low, per_layer = round(share * demand.num_experts), draws["layers"]
-    for layer in dict.fromkeys(map(layer_of, demand.streams)):  # first-seen order
+    for layer in dict.fromkeys(map(batch.layer_of, demand.streams)):  # first-seen order
         if layer not in per_layer:
             costs = np.ones(demand.num_experts)
             costs[draws["rng"].choice(demand.num_experts, low, replace=False)] = cost
             per_layer[layer] = costs
-    return np.stack([per_layer[layer_of(s)] for s in demand.streams])
+    return np.stack([per_layer[batch.layer_of(s)] for s in demand.streams])
 
 
 def mixed_precision(demand: Demand, capacity: int, share: float, cost: float, seed: int) -> dict:

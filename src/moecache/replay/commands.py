@@ -19,10 +19,19 @@ from moecache.command import (
 from moecache.errors import MoecacheError
 
 
-def cmd_replay(args):
-    from moecache.replay import engine, stream, tracefile
+def batched(args) -> bool:
+    """Whether --batch/--batching ask for union demand (moecache.replay.batch)."""
+    return args.batch != 1 or args.batching == "continuous"
 
-    if args.trace and tracefile.header(args.trace) is not None:
+
+def cmd_replay(args):
+    from moecache.replay import batch, engine, stream, tracefile
+
+    if batched(args):
+        demand, source = read_demand(args)
+        report = batch.report(demand, args.capacity, args.rule, args.batch, args.batching)
+        origin = demand.origin
+    elif args.trace and tracefile.header(args.trace) is not None:
         # The trace anyone can write may be a production day: streamed, a batch at a time.
         report = stream.report(args.trace, args.capacity, args.rule)
         source, origin = args.trace, None
@@ -42,12 +51,16 @@ def cmd_replay(args):
 
 
 def cmd_bound(args):
-    from moecache.replay import bound, stream, tracefile
+    from moecache.replay import batch, bound, stream, tracefile
 
     mixed = None
     if args.mixed_share is not None:
         mixed = {"share": args.mixed_share, "cost": args.mixed_cost, "seed": args.seed}
-    if args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
+    if batched(args):
+        demand, source = read_demand(args)
+        demand = batch.fitting(demand, args.batch, args.batching, args.capacity)
+        report, origin = bound.report(demand, args.capacity, mixed), demand.origin
+    elif args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
         report = stream.bounds(args.trace, args.capacity, mixed)
         source, origin = args.trace, None
     else:
@@ -72,9 +85,11 @@ def cmd_bound(args):
 
 
 def cmd_optimum(args):
-    from moecache.replay import bound
+    from moecache.replay import batch, bound
 
     demand, source = read_demand(args)
+    if batched(args):
+        demand = batch.fitting(demand, args.batch, args.batching, args.capacity)
     report = bound.optimum_report(demand, args.capacity)
     lines = [f"{'stream':24s} {'B_flat':>7s} {'optimum':>8s} {'DP':>5s} {'greedy':>7s} integral"]
     for r in report["streams"]:
@@ -87,9 +102,14 @@ def cmd_optimum(args):
 
 
 def cmd_foresight(args):
-    from moecache.replay import foresight, stream, tracefile
+    from moecache.replay import batch, foresight, stream, tracefile
 
-    if args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
+    if batched(args):
+        demand, source = read_demand(args)
+        k, held = args.foresight, args.heldout_last
+        report = batch.curve(demand, args.capacity, k, held, args.batch, args.batching)
+        origin = demand.origin
+    elif args.trace and tracefile.header(args.trace) is not None:  # streamed, as replay
         report = stream.foresight(args.trace, args.capacity, args.foresight, args.heldout_last)
         source, origin = args.trace, None
     else:
@@ -197,16 +217,31 @@ def cmd_benchmark_replay_scale(args):
     emit(args, report, lines, origin=provenance.stamp({"replay_scale": shape}, "cpu"))
 
 
+def batching(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--batch/--batching: B sequences decoded at once (docs/batching.md)."""
+    p.add_argument("--batch", type=int, default=1, help="sequences decoded at once (B)")
+    p.add_argument("--batching", choices=("static", "continuous"), default="static")
+    return p
+
+
+def on_batched_demand(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    return batching(on_demand(p))
+
+
 def register(sub) -> None:
     register_scale(sub)
     register_trace(sub)
-    p = on_demand(add(sub, "replay", cmd_replay, "replay demand under lossless eviction rules"))
+    p = on_batched_demand(
+        add(sub, "replay", cmd_replay, "replay demand under lossless eviction rules")
+    )
     p.add_argument(
         "--rule",
         action="append",
         help="a rule, with parameters as name:key=value,...; repeat for more (default: all)",
     )
-    p = on_demand(add(sub, "bound", cmd_bound, "B_flat, the exact B* (LP) and greedy B_greedy"))
+    p = on_batched_demand(
+        add(sub, "bound", cmd_bound, "B_flat, the exact B* (LP) and greedy B_greedy")
+    )
     p.add_argument(
         "--mixed-share",
         type=float,
@@ -214,8 +249,12 @@ def register(sub) -> None:
     )
     p.add_argument("--mixed-cost", type=float, default=0.5, help="their cost per copy")
     p.add_argument("--seed", type=int, default=0, help="seed of the experts drawn")
-    on_demand(add(sub, "optimum", cmd_optimum, "the exact fewest copies per stream (the LP)"))
-    p = on_demand(add(sub, "foresight", cmd_foresight, "gap recovered with k tokens of foresight"))
+    on_batched_demand(
+        add(sub, "optimum", cmd_optimum, "the exact fewest copies per stream (the LP)")
+    )
+    p = on_batched_demand(
+        add(sub, "foresight", cmd_foresight, "gap recovered with k tokens of foresight")
+    )
     p.add_argument("--foresight", type=int, nargs="+", required=True, help="values of k")
     p.add_argument(
         "--heldout-last", type=int, default=0, help="the last this many sequences are held out"

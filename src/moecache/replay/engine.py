@@ -67,10 +67,11 @@ def parse_rule(text: str) -> tuple[str, dict]:
     return name, params
 
 
-def make_rule(text: str, demand: Demand, capacity: int) -> EvictionPolicy:
+def make_rule(text: str, demand: Demand, capacity: int, top_k: int | None = None) -> EvictionPolicy:
+    """The rule for requests of `top_k` experts (default: the demand's)."""
     demand.check_capacity(capacity)
     name, params = parse_rule(text)
-    policy = policies.make(name, capacity, demand.num_experts, demand.top_k, params)
+    policy = policies.make(name, capacity, demand.num_experts, top_k or demand.top_k, params)
     if not isinstance(policy, EvictionPolicy):
         raise MoecacheError(f"rule {name}: not a lossless eviction rule (replay runs those)")
     if policy.needs_probs and demand.probs is None:
@@ -139,16 +140,25 @@ def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dic
     return report_parts([demand], capacity, rules)
 
 
-def report_parts(parts, capacity: int, rules: list[str] | None = None, progress=None) -> dict:
+def replayed(demand: Demand, text: str, capacity: int) -> Counts:
+    """The counts of rule `text` over `demand`."""
+    return run(demand, make_rule(text, demand, capacity))
+
+
+def report_parts(
+    parts, capacity: int, rules: list[str] | None = None, progress=None, replay=replayed, timed=None
+) -> dict:
     """report() over demand that comes in parts (batches of whole streams, one held at a
     time: moecache.replay.stream), every rule replaying each part before the next is read.
-    `progress(part)` hears of each part done."""
+    `progress(part)` hears of each part done. `replay(part, rule, capacity)` gives a rule's
+    counts, and `timed` the tokens copies count against (default: each sequence's tokens
+    after its first); batched demand (moecache.replay.batch) sets both."""
     kept, names, sequences, lengths = {}, [], [], []
     for demand in parts:
         rules = rules or lossless_rules(demand)
         wanted = rules + [r for r in ("lru", "farthest-future") if r not in rules]
         for text in wanted:
-            kept.setdefault(text, []).append(run(demand, make_rule(text, demand, capacity)))
+            kept.setdefault(text, []).append(replay(demand, text, capacity))
         names += demand.streams
         sequences += demand.sequences
         lengths.append(demand.lengths)
@@ -163,8 +173,9 @@ def report_parts(parts, capacity: int, rules: list[str] | None = None, progress=
     }
     lengths = np.concatenate(lengths)
     lru, oracle = counts["lru"].after_fill.sum(), counts["farthest-future"].after_fill.sum()
-    first = dict(zip(sequences, lengths.tolist(), strict=True))
-    timed = sum(n - 1 for n in first.values())
+    if timed is None:
+        first = dict(zip(sequences, lengths.tolist(), strict=True))
+        timed = sum(n - 1 for n in first.values())
     out = {}
     for text in rules:
         c = counts[text]

@@ -22,9 +22,12 @@ def curve(demand: Demand, capacity: int, ks: list[int], heldout_last: int) -> di
     return curve_parts([demand], capacity, ks, heldout_last)
 
 
-def curve_parts(parts, capacity: int, ks: list[int], heldout_last: int) -> dict:
+def curve_parts(
+    parts, capacity: int, ks: list[int], heldout_last: int, replay=engine.replayed
+) -> dict:
     """curve() over demand in parts (batches of whole streams, moecache.replay.stream),
-    each part replayed under every rule before the next is read."""
+    each part replayed under every rule before the next is read; `replay(part, rule,
+    capacity)` gives a rule's counts (moecache.replay.batch serves union streams)."""
     kept, sequences, rules, causal = {}, [], None, []
     for demand in parts:
         if rules is None:
@@ -38,7 +41,7 @@ def curve_parts(parts, capacity: int, ks: list[int], heldout_last: int) -> dict:
                 **{r: r for r in causal},
             }
         for label, rule in rules.items():
-            counts = engine.run(demand, engine.make_rule(rule, demand, capacity))
+            counts = replay(demand, rule, capacity)
             kept.setdefault(label, []).append(counts.after_fill)
         sequences += demand.sequences
     copies = {label: np.concatenate(runs) for label, runs in kept.items()}

@@ -117,14 +117,16 @@ def _stream(requests, num_experts: int, capacity: int, where: str = "") -> np.nd
     real_rows = np.flatnonzero(~pad)
     length = int(real_rows[-1]) + 1 if len(real_rows) else 0  # PAD only after the end
     real = requests[:length]
-    bad = (real < 0) | (real >= num_experts)
+    # PAD may end a narrower token (a batched union), never fill one before the end.
+    bad = (real < 0) & ((real != PAD) | (real == PAD).all(axis=1, keepdims=True))
+    bad |= real >= num_experts
     if bad.any():
         t, j = np.argwhere(bad)[0]
         raise MoecacheError(
             f"lp: {at}token {t} requests expert {real[t, j]}, outside 0..{num_experts - 1}"
         )
     ordered = np.sort(real, axis=1)
-    repeated = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+    repeated = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] != PAD)).any(axis=1)
     if repeated.any():
         raise MoecacheError(f"lp: {at}token {int(np.argmax(repeated))} requests an expert twice")
     return real
@@ -145,8 +147,9 @@ def gaps(requests: np.ndarray) -> Gaps:
     """The gaps of a checked [L, k] stream: consecutive uses of one expert at least two
     tokens apart."""
     length, k = requests.shape
-    e = requests.ravel()
-    t = np.repeat(np.arange(length, dtype=np.int64), k)
+    real = requests.ravel() != PAD  # a batched union may request fewer than k (PAD after)
+    e = requests.ravel()[real]
+    t = np.repeat(np.arange(length, dtype=np.int64), k)[real]
     order = np.lexsort((t, e))
     e, t = e[order], t[order]
     same = e[1:] == e[:-1]
@@ -154,7 +157,7 @@ def gaps(requests: np.ndarray) -> Gaps:
     keep = b - a >= 2
     first = e[np.concatenate(([True], ~same))] if len(e) else e
     return Gaps(
-        expert[keep], a[keep], b[keep], length, len(first), first, np.full(length, k, np.int64)
+        expert[keep], a[keep], b[keep], length, len(first), first, (requests != PAD).sum(axis=1)
     )
 
 

@@ -1,0 +1,219 @@
+"""Batched demand from a batch-1 trace: B sequences decode together and share each layer's
+pool, so at each step a layer requests the union of the experts its running sequences
+chose (docs/batching.md).
+
+Teacher-forced routing of one sequence does not depend on the others in its batch, so the
+union of batch-1 demand is the batched demand exactly. Static batching takes the
+sequences B at a time in trace order, aligned at their first token, each batch a new
+stream (an empty pool); continuous batching refills a finished sequence's place with the
+next sequence at once, one stream for the whole shard. A union row is padded with PAD.
+
+A step whose union exceeds the pool's C slots is served in rounds of at most C experts:
+the union's resident experts first, then the rest, each in ascending id, C at a time;
+each round is one request the rule serves (resident while it computes).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from moecache.errors import MoecacheError
+from moecache.policies.base import Pools
+from moecache.replay import engine
+from moecache.replay.demand import PAD, Demand
+
+MODES = ("static", "continuous")
+
+
+@dataclass
+class Batched(Demand):
+    """Union streams: one per layer and batch (static) or per layer (continuous)."""
+
+    size: int = 1
+    batching: str = "static"
+    sequence_tokens: int = 0  # the batch-1 demand's timed tokens (copies count against them)
+    members: list[list[str]] = field(default_factory=list)  # sequences of each stream
+
+    def check_capacity(self, capacity: int) -> None:
+        """Only the range: a union wider than the pool is served in rounds."""
+        if not 0 < capacity <= self.num_experts:
+            raise MoecacheError(
+                f"--capacity {capacity}: must lie between 1 and the {self.num_experts} experts"
+            )
+
+    def check_fits(self, capacity: int) -> None:
+        """Refuse, in one line, unions wider than the pool (for the bounds and the LP)."""
+        if self.top_k > capacity:
+            raise MoecacheError(
+                f"--batch {self.size}: a step's union holds up to {self.top_k} experts, more "
+                f"than the capacity {capacity}; the bounds and the LP need every union to "
+                "fit (replay serves it in rounds: docs/batching.md)"
+            )
+
+
+def layer_of(stream: str) -> str:
+    """A trace stream is "layer<L>/<sequence>"; other ids are their own layer."""
+    return stream.split("/")[0]
+
+
+def places(lengths: list[int], size: int, batching: str) -> list[tuple[int, int, int]]:
+    """(batch, slot, first step) of each sequence, in trace order."""
+    if batching == "static":
+        return [(i // size, i % size, 0) for i in range(len(lengths))]
+    free = [(0, slot) for slot in range(size)]  # (step the slot frees, slot)
+    out = []
+    for n in lengths:
+        at, slot = heapq.heappop(free)  # the earliest free place, the lower slot on ties
+        out.append((0, slot, at))
+        heapq.heappush(free, (at + n, slot))
+    return out
+
+
+def batched(demand: Demand, size: int, batching: str = "static") -> Batched:
+    """The union streams of `demand`'s sequences decoded `size` at a time."""
+    if size < 1:
+        raise MoecacheError(f"--batch {size}: must be at least 1")
+    if batching not in MODES:
+        raise MoecacheError(f"--batching {batching}: known are {', '.join(MODES)}")
+    order = list(dict.fromkeys(demand.sequences))  # trace order
+    layers: dict[str, dict[str, int]] = {}
+    for s, (name, sequence) in enumerate(zip(demand.streams, demand.sequences, strict=True)):
+        layers.setdefault(layer_of(name), {})[sequence] = s
+    names, batches, rows, members = [], [], [], []
+    for layer, stream_of in layers.items():
+        present = [q for q in order if q in stream_of]
+        placed = places([int(demand.lengths[stream_of[q]]) for q in present], size, batching)
+        for b in sorted({b for b, _, _ in placed}):
+            group = [(q, *p[1:]) for q, p in zip(present, placed, strict=True) if p[0] == b]
+            tag = f"batch{b}" if batching == "static" else "continuous"
+            names.append(f"{layer}/{tag}")
+            batches.append(tag)
+            rows.append(union(demand, [(stream_of[q], slot, at) for q, slot, at in group], size))
+            members.append([q for q, _, _ in group])
+    requests, lengths = stack(rows)
+    return Batched(
+        names,
+        batches,
+        requests,
+        lengths,
+        demand.num_experts,
+        None,
+        demand.origin,
+        size,
+        batching,
+        demand.timed_tokens,
+        members,
+    )
+
+
+def union(demand: Demand, group: list[tuple[int, int, int]], size: int) -> np.ndarray:
+    """[steps, size * k]: at each step the experts of the group's streams (stream, slot,
+    first step), slot after slot, each in its router's order, a repeat replaced by PAD and
+    every PAD moved to the end."""
+    k = demand.top_k
+    steps = max(at + int(demand.lengths[s]) for s, _, at in group)
+    row = np.full((steps, size * k), PAD, dtype=np.int64)
+    for s, slot, at in group:
+        n = int(demand.lengths[s])
+        row[at : at + n, slot * k : (slot + 1) * k] = demand.requests[s, :n]
+    ordered = np.argsort(row, axis=1, kind="stable")  # equal ids adjacent, first one first
+    ids = np.take_along_axis(row, ordered, axis=1)
+    repeat = np.zeros_like(row, dtype=bool)
+    np.put_along_axis(repeat, ordered[:, 1:], ids[:, 1:] == ids[:, :-1], axis=1)
+    row[repeat] = PAD
+    return np.take_along_axis(row, np.argsort(row == PAD, axis=1, kind="stable"), axis=1)
+
+
+def stack(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Requests [streams, T, W], W the widest union, and lengths."""
+    lengths = np.array([len(r) for r in rows], dtype=np.int64)
+    width = max((int((r != PAD).sum(axis=1).max(initial=0)) for r in rows), default=0)
+    requests = np.full((len(rows), lengths.max(initial=0), width), PAD, dtype=np.int64)
+    for s, row in enumerate(rows):
+        requests[s, : len(row)] = row[:, :width]
+    return requests, lengths
+
+
+def rounds(wanted: np.ndarray, resident: np.ndarray, capacity: int) -> list[np.ndarray]:
+    """One step's requests: the union `wanted` as one request when it fits; else its
+    resident experts first, then the rest, each in ascending id, `capacity` at a time."""
+    if len(wanted) <= capacity:
+        return [wanted]
+    wanted = np.sort(wanted)
+    held = resident[wanted]
+    order = np.concatenate([wanted[held], wanted[~held]])
+    return [order[i : i + capacity] for i in range(0, len(order), capacity)]
+
+
+def serve(demand: Batched, text: str, capacity: int) -> engine.Counts:
+    """The counts of rule `text` over every union stream, each step served in rounds. A
+    rule is built for requests of at most min(W, C) experts, W the widest union."""
+    policy = engine.make_rule(text, demand, capacity, top_k=min(demand.top_k, capacity))
+    served = [one_stream(demand, s, policy, capacity) for s in range(len(demand.streams))]
+    width = max((len(c) for c, _ in served), default=0)
+    copies = np.zeros((len(served), width), dtype=np.int64)
+    full = np.zeros((len(served), width), dtype=bool)
+    for s, (c, f) in enumerate(served):
+        copies[s, : len(c)], full[s, : len(f)] = c, f
+    return engine.tally(copies, full, capacity, demand)
+
+
+def one_stream(demand: Batched, s: int, policy, capacity: int) -> tuple[list, list]:
+    """Copies of each round of stream s, and whether its pool was full before the round."""
+    requests = demand.requests[s, : demand.lengths[s]]
+    policy.reset(future(requests) if policy.needs_future else None, streams=1)
+    pools = Pools(1, demand.num_experts, capacity)
+    copies, full = [], []
+    for t, row in enumerate(requests):
+        for part in rounds(row[row != PAD], pools.resident[0], capacity):
+            full.append(bool(pools.count[0] == capacity))
+            step = policy.step(t, part[None], None, pools)
+            pools.apply(1, step)
+            copies.append(int(step.copies[0]))
+    return copies, full
+
+
+def future(requests: np.ndarray) -> np.ndarray:
+    """[1, T, W] demand for a rule that reads ahead, each union padded with its own first
+    expert (a repeat changes no next use, where PAD would stand for expert 0)."""
+    return np.where(requests == PAD, requests[:, :1], requests)[None]
+
+
+def report(demand: Demand, capacity: int, rules, size: int, batching: str) -> dict:
+    """engine.report of the batched demand: copies per sequence-token, the batch stated."""
+    union_demand = batched(demand, size, batching)
+    out = engine.report_parts(
+        [union_demand], capacity, rules, replay=serve, timed=union_demand.sequence_tokens
+    )
+    return {**out, "batch": described(union_demand, capacity)}
+
+
+def described(demand: Batched, capacity: int) -> dict:
+    widths = (demand.requests != PAD).sum(axis=2)
+    return {
+        "size": demand.size,
+        "batching": demand.batching,
+        "widest_union": demand.top_k,
+        "steps": int(demand.lengths.sum()),
+        "steps_in_rounds": int((widths > capacity).sum()),
+        "sequence_tokens": demand.sequence_tokens,
+    }
+
+
+def curve(demand: Demand, capacity: int, ks: list[int], heldout_last: int, size, batching):
+    """foresight.curve of the batched demand; held out are the last `heldout_last` batches."""
+    from moecache.replay import foresight
+
+    union_demand = batched(demand, size, batching)
+    out = foresight.curve_parts([union_demand], capacity, ks, heldout_last, replay=serve)
+    return {**out, "batch": described(union_demand, capacity)}
+
+
+def fitting(demand: Demand, size: int, batching: str, capacity: int) -> Batched:
+    """The batched demand for the bounds and the LP: every union must fit the pool."""
+    union_demand = batched(demand, size, batching)
+    union_demand.check_fits(capacity)
+    return union_demand
