@@ -37,6 +37,7 @@ def test_one_folder_per_rule_file():
         "errors",
         "intervals",
         "provenance",
+        "runs",
     }
 
 
