@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from conftest import REPO, SMOKE, load_yaml, snakemake
 from snakemake.api import SnakemakeApi
 from snakemake.settings.types import (
@@ -26,6 +27,16 @@ def test_dry_run_lists_the_dag(tmp_path):
     for rule in ("corpus", "tokenizer", "heldout", "train", "profile_model", "all"):
         assert f"rule {rule}:" in result.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_a_device_without_its_gpu_check_stops_before_any_job(tmp_path, smoke_config):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**smoke_config, "report": {"devices": ["h100"]}}))
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", configfile=config, check=False)
+    assert result.returncode != 0
+    assert (result.stdout + result.stderr).strip().splitlines() == [
+        "config error: config key report.devices: no GPU check measured/gpu-check/h100.json"
+    ]
 
 
 def test_heldout_shards(smoke_run):
