@@ -1,6 +1,7 @@
 # moecache: expert-cache policies for MoE offloading, measured end to end.
-# Thin on purpose: the config is validated in common.smk, each stage lives in workflow/rules/,
-# and every rule calls the `moecache` command line.
+# Thin on purpose: the config is validated in common.smk, each stage's rules live in
+# workflow/rules/ (their helpers in workflow/helpers/), and every rule calls the `moecache`
+# command line.
 from snakemake.utils import min_version
 
 min_version("9.0")

@@ -16,7 +16,7 @@ def mutate(config: dict, dotted: str, value) -> dict:
     *parents, last = dotted.split(".")
     node = config
     for key in parents:
-        node = node[key]
+        node = node.setdefault(key, {})
     node[last] = value
     return config
 
@@ -43,6 +43,7 @@ BAD = [
     ("replay.capacities", [8, 17], "replay.capacities: 17 needs"),
     ("replay.capacities", [3], "replay.capacities: 3 needs top-k 4"),
     ("replay.capacities", [8, 8], "replay.capacities"),
+    ("report.devices", ["../h200"], "report.devices"),
 ]
 
 

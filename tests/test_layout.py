@@ -25,6 +25,9 @@ def test_one_folder_per_rule_file():
     package = REPO / "src" / "moecache"
     rules = {path.stem for path in (REPO / "workflow" / "rules").glob("*.smk")}
     assert rules - {"common"} == set(STAGES)
+    # A stage's helpers sit beside it, named after it (workflow/helpers/<stage>.smk).
+    helpers = {path.stem for path in (REPO / "workflow" / "helpers").glob("*.smk")}
+    assert helpers and helpers <= set(STAGES)
     for stage in STAGES:
         assert (package / stage / "__init__.py").is_file()
     loose = {path.stem for path in package.glob("*.py")}
@@ -38,6 +41,7 @@ def test_one_folder_per_rule_file():
         "errors",
         "intervals",
         "provenance",
+        "runs",
     }
 
 

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
-from conftest import SMOKE, load_yaml, snakemake
+import pytest
+import yaml
+from conftest import REPO, SMOKE, load_yaml, snakemake
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import (
+    ConfigSettings,
+    DAGSettings,
+    OutputSettings,
+    Quietness,
+    ResourceSettings,
+)
 
 from moecache.data import tokenizer
 from moecache.model import checkpoint
@@ -16,6 +27,16 @@ def test_dry_run_lists_the_dag(tmp_path):
     for rule in ("corpus", "tokenizer", "heldout", "train", "profile_model", "all"):
         assert f"rule {rule}:" in result.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_a_device_without_its_gpu_check_stops_before_any_job(tmp_path, smoke_config):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**smoke_config, "report": {"devices": ["h100"]}}))
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", configfile=config, check=False)
+    assert result.returncode != 0
+    assert (result.stdout + result.stderr).strip().splitlines() == [
+        "config error: config key report.devices: no GPU check measured/gpu-check/h100.json"
+    ]
 
 
 def test_heldout_shards(smoke_run):
@@ -55,10 +76,35 @@ def test_profile_measures_copy_and_token(smoke_run):
     assert len(profile["reuse_per_layer"]) == arch["num_hidden_layers"]
 
 
-def test_every_job_logged_and_benchmarked(smoke_run):
-    for name in ("corpus", "tokenizer", "train", "profile_model"):
-        assert (smoke_run / f"logs/{name}.log").exists()
-        assert (smoke_run / f"benchmarks/{name}.tsv").exists()
+def dag_jobs(workdir: Path, configfile: Path) -> list:
+    """Every job of the target `all`'s DAG in a fresh `workdir`, from Snakemake's API (the
+    DAG it would run, not the text of a dry run)."""
+    settings = OutputSettings(quiet={Quietness.ALL})
+    with SnakemakeApi(settings) as api:
+        workflow_api = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=ConfigSettings(configfiles=[configfile]),
+            snakefile=REPO / "Snakefile",
+            workdir=workdir,
+        )
+        workflow = workflow_api.dag(DAGSettings(targets={"all"})).workflow_api._workflow
+        # Snakemake's API prints a DAG but does not return one: its own two steps.
+        workflow._prepare_dag(forceall=False, ignore_incomplete=True, lock_warn_only=True)
+        workflow._build_dag()
+        return list(workflow.dag.jobs)
+
+
+@pytest.mark.parametrize(
+    "configfile", [SMOKE, REPO / "config" / "config.yaml"], ids=["smoke", "default"]
+)
+def test_every_job_logged_and_benchmarked(tmp_path, configfile):
+    # The committed GPU check that the default's report.devices names.
+    (tmp_path / "measured").symlink_to(REPO / "measured")
+    jobs = [job for job in dag_jobs(tmp_path, configfile) if job.rule.name != "all"]
+    assert len({job.rule.name for job in jobs}) > 30
+    unlogged = [str(job) for job in jobs if not job.log]
+    unbenchmarked = [str(job) for job in jobs if not job.benchmark]
+    assert unlogged == [] and unbenchmarked == []
 
 
 def test_second_run_has_nothing_to_do(smoke_run):

@@ -14,6 +14,7 @@ import jsonschema
 import yaml
 
 from moecache.errors import MoecacheError
+from moecache.runs import HeadsName
 
 
 class ConfigError(MoecacheError):
@@ -294,9 +295,9 @@ def check_learned(config: dict) -> None:
 def controller_heads(controller: dict) -> list[str]:
     """The heads files a controller section trains: objective x seed, then the first
     objective and seed at each price."""
-    names = [f"{o}-s{s}" for o in controller["objectives"] for s in controller["seeds"]]
-    first = f"{controller['objectives'][0]}-s{controller['seeds'][0]}"
-    names += [f"{first}-e{e:g}" for e in controller["prices"]]
+    names = [HeadsName(o, s) for o in controller["objectives"] for s in controller["seeds"]]
+    first = names[0]
+    names += [HeadsName(first.objective, first.seed, e) for e in controller["prices"]]
     return [f"results/controller/heads/{name}.safetensors" for name in names]
 
 

@@ -2,6 +2,9 @@
 # accuracy.tasks, built here from local text, and every row scored on it.
 
 
+include: "../helpers/accuracy.smk"
+
+
 rule accuracy_task:
     input:
         documents=expand("results/corpus/shard-{shard}.parquet", shard=SHARDS),
@@ -54,7 +57,7 @@ rule accuracy:
 
 
 rule table2:
-    """Table 2 from the accuracy summaries (the generic `table` rule's placeholder otherwise)."""
+    """Table 2 from the accuracy summaries (a placeholder without an `accuracy` section)."""
     input:
         accuracy=accuracy_summaries(),
     output:
@@ -69,6 +72,3 @@ rule table2:
         CONDA_ENV
     shell:
         "moecache table table2 --accuracy {input.accuracy} --out-dir figures > {log} 2>&1"
-
-
-ruleorder: table2 > table

@@ -2,9 +2,12 @@
 # each threshold evaluated in the harness at each copy multiplier, and longer sequences.
 
 
+include: "../helpers/controller.smk"
+
+
 wildcard_constraints:
-    heads="(differentiable|reinforce)-s[0-9]+(-e[0-9.]+)?",
-    point="t[0-9]+|reference",
+    heads=HEADS_PATTERN,
+    sweep=f"({POINT_PATTERN})-x[0-9]+",
 
 
 rule controller_train:
@@ -12,7 +15,7 @@ rule controller_train:
         model=built("results/model"),
         tokenizer=built("results/tokenizer"),
         text="results/corpus/train.parquet",
-        bandwidth=f"results/bandwidth/{DEVICE_TAG}.json",
+        bandwidth=BANDWIDTH,
     output:
         heads="results/controller/heads/{heads}.safetensors",
         log="results/controller/heads/{heads}.json",
@@ -43,14 +46,14 @@ rule controller_sweep:
         sequences=f"results/heldout/{FIRST_SHARD}.parquet",
         gates=f"results/gates/{FIRST_SHARD}.json",
         heads=lambda wildcards: (
-            [] if wildcards.point == "reference" else controller_heads()
+            [] if sweep_point(wildcards) == "reference" else controller_heads()
         ),
     output:
-        directory("results/controller/sweep/{point}-x{multiplier}"),
+        directory("results/controller/sweep/{sweep}"),
     log:
-        "logs/controller/sweep/{point}-x{multiplier}.log",
+        "logs/controller/sweep/{sweep}.log",
     benchmark:
-        "benchmarks/controller/sweep/{point}-x{multiplier}.tsv"
+        "benchmarks/controller/sweep/{sweep}.tsv"
     conda:
         CONDA_ENV
     threads: config["harness"]["threads"]
@@ -59,11 +62,12 @@ rule controller_sweep:
     params:
         settings=settings("corpus", "model", "harness", "controller"),
         model=built_or_pretrained("model"),
-        point=lambda wildcards: sweep_point(wildcards.point),
+        point=sweep_point,
+        multiplier=lambda wildcards: sweep_of(wildcards).multiplier,
     shell:
         "moecache controller-sweep --settings {params.settings:q} --model {params.model:q}"
         f" --sequences {{input.sequences}} --shard {FIRST_SHARD} --gates {{input.gates}}"
-        " --point {params.point} --multiplier {wildcards.multiplier} --heads {input.heads}"
+        " --point {params.point} --multiplier {params.multiplier} --heads {input.heads}"
         " --out-dir {output} > {log} 2>&1"
 
 
@@ -95,7 +99,7 @@ rule controller_longer:
 
 
 rule table_controller:
-    """The controller appendix table (the generic `table` rule's placeholder otherwise)."""
+    """The controller appendix table (a placeholder without a `controller` section)."""
     input:
         sweep=controller_sweeps(),
         longer=controller_longer(),
@@ -120,6 +124,3 @@ rule table_controller:
     shell:
         "moecache table table_controller --sweep {input.sweep} --longer {input.longer}"
         " --controller {input.heads} --out-dir figures > {log} 2>&1"
-
-
-ruleorder: table_controller > table

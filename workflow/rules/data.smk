@@ -1,6 +1,9 @@
 # The text: training documents and disjoint held-out shards, then their token sequences.
 
 
+include: "../helpers/data.smk"
+
+
 rule corpus:
     output:
         corpus_outputs(),

@@ -2,10 +2,12 @@
 # the check of the slower links.
 
 
+include: "../helpers/harness.smk"
+
+
 wildcard_constraints:
     shard="[a-z][a-z0-9_]*",
-    run="[a-z0-9][a-z0-9-]*",
-    multiplier="[0-9]+",
+    label=LABEL_PATTERN,
 
 
 rule gates:
@@ -64,18 +66,18 @@ rule run_results:
     input:
         "results/decode/{shard}",
     output:
-        results="results/runs/{shard}/{run}-x{multiplier}.json",
-        trace="results/traces/{shard}/{run}-x{multiplier}.parquet",
+        results="results/runs/{shard}/{label}.json",
+        trace="results/traces/{shard}/{label}.parquet",
     log:
-        "logs/runs/{shard}/{run}-x{multiplier}.log",
+        "logs/runs/{shard}/{label}.log",
     benchmark:
-        "benchmarks/runs/{shard}/{run}-x{multiplier}.tsv"
+        "benchmarks/runs/{shard}/{label}.tsv"
     localrule: True
     conda:
         CONDA_ENV
     shell:
-        "(cp {input}/{wildcards.run}-x{wildcards.multiplier}.json {output.results}"
-        " && cp {input}/{wildcards.run}-x{wildcards.multiplier}.parquet {output.trace})"
+        "(cp {input}/{wildcards.label}.json {output.results}"
+        " && cp {input}/{wildcards.label}.parquet {output.trace})"
         " > {log} 2>&1"
 
 

@@ -3,6 +3,9 @@
 # harness (closed loop), and their share of the gap in replay and closed loop.
 
 
+include: "../helpers/learned.smk"
+
+
 wildcard_constraints:
     source="training-trace|[a-z][a-z0-9_]*",
     group="router|trace-past-use|past-use-[a-z][a-z0-9_]*",

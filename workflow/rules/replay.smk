@@ -3,6 +3,9 @@
 # and LP speed beside libCacheSim. CPU only.
 
 
+include: "../helpers/replay.smk"
+
+
 rule replay:
     input:
         trace=TRACE,

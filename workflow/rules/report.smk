@@ -1,9 +1,11 @@
 # The paper's tables and figures, rebuilt from the results files; cheap, so run locally.
 
 
+include: "../helpers/report.smk"
+
+
 localrules:
     table1,
-    table,
     table_eviction,
     table_bounds,
     table_replication,
@@ -16,8 +18,8 @@ rule table1:
     input:
         runs=runs_at_1x(FIRST_SHARD),
         scaled=scaled_runs(),
-        bandwidth=bandwidth_files(),
-        gpu_check=gpu_check_files(),
+        bandwidth=BANDWIDTH,
+        gpu_check=GPU_CHECKS,
     output:
         report(
             "figures/table1_policies.csv",
@@ -46,28 +48,6 @@ rule table1:
         "moecache table table1 --runs {input.runs} --scaled {input.scaled}"
         " --bandwidth {input.bandwidth} --gpu-check {input.gpu_check}"
         " --out-dir figures > {log} 2>&1"
-
-
-rule table:
-    """Tables whose inputs no rule produces yet: their captions say so."""
-    output:
-        report(
-            "figures/{name}.csv",
-            caption="../report/not_produced.rst",
-            category="Tables",
-        ),
-        "figures/{name}.md",
-        "figures/{name}.sources.json",
-    log:
-        "logs/figures/{name}.log",
-    benchmark:
-        "benchmarks/figures/{name}.tsv"
-    wildcard_constraints:
-        name="table2|table3|table_controller",
-    conda:
-        CONDA_ENV
-    shell:
-        "moecache table {wildcards.name} --out-dir figures > {log} 2>&1"
 
 
 rule table_eviction:
@@ -149,7 +129,7 @@ rule fig1:
     input:
         runs=runs_at_1x(FIRST_SHARD),
         scaled=scaled_runs(),
-        bandwidth=bandwidth_files(),
+        bandwidth=BANDWIDTH,
     output:
         "figures/fig1.pdf",
         report("figures/fig1.png", caption="../report/fig1.rst", category="Figures"),
@@ -217,8 +197,8 @@ rule numbers:
         profile="results/profile/model.json",
         model=built("results/model"),
         gates=expand("results/gates/{shard}.json", shard=SHARDS),
-        bandwidth=bandwidth_files(),
-        gpu_check=gpu_check_files(),
+        bandwidth=BANDWIDTH,
+        gpu_check=GPU_CHECKS,
         runs=runs_at_1x(FIRST_SHARD),
         cost_model="figures/table1_cost_model.csv",
         table1="figures/table1.md",

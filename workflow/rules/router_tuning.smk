@@ -3,6 +3,9 @@
 # untuned base too) measured in the harness; Table 3 from those measurements.
 
 
+include: "../helpers/router_tuning.smk"
+
+
 wildcard_constraints:
     variant="sft|hit|tag|harness",
     measured="base|sft|hit|tag|harness",
@@ -61,7 +64,7 @@ rule router_measure:
 
 
 rule router_table3:
-    """Table 3 from the measurements (the generic `table` rule's placeholder otherwise)."""
+    """Table 3 from the measurements (a placeholder without a `router_tuning` section)."""
     input:
         router_measured(),
     output:
@@ -80,6 +83,3 @@ rule router_table3:
         CONDA_ENV
     shell:
         "moecache table table3 --router {input} --out-dir figures > {log} 2>&1"
-
-
-ruleorder: router_table3 > table

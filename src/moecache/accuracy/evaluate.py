@@ -20,6 +20,7 @@ import pandas as pd
 
 from moecache.errors import MoecacheError
 from moecache.harness import decode
+from moecache.runs import HeadsName, point_name
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,6 @@ def rows_of(accuracy: dict, harness: dict, num_experts: int, thresholds: dict, h
     accuracy.threshold."""
     k, capacity = accuracy["switch_every"], harness["capacity"]
     window = {"k": k, "window": accuracy["window"]}
-    heads = f"{heads}/{accuracy['objective']}-s{{seed}}.safetensors"
     rows = [
         Row("free", {"policy": "all"}, num_experts),
         Row("oracle-set", {"policy": "oracle-set", "params": window}, capacity, True),
@@ -49,12 +49,13 @@ def rows_of(accuracy: dict, harness: dict, num_experts: int, thresholds: dict, h
     for label, by_seed in (
         ("matched", thresholds),
         (
-            f"t{round(100 * accuracy['threshold'])}",
+            point_name(accuracy["threshold"]),
             dict.fromkeys(thresholds, accuracy["threshold"]),
         ),
     ):
         for seed, threshold in sorted(by_seed.items()):
-            params = {"weights": heads.format(seed=seed), "threshold": threshold}
+            weights = f"{heads}/{HeadsName(accuracy['objective'], seed)}.safetensors"
+            params = {"weights": weights, "threshold": threshold}
             rows.append(
                 Row(
                     f"controller-s{seed}-{label}",

@@ -21,10 +21,11 @@ import pandas as pd
 
 from moecache.atomic import read_json, write_json
 from moecache.errors import MoecacheError
+from moecache.runs import RunName, point_name
 
 
 def run_name(heads: str, threshold: float) -> str:
-    return f"{heads}-t{round(100 * threshold)}"
+    return f"{heads}-{point_name(threshold)}"
 
 
 def controller_run(path, threshold: float, multiplier: int) -> dict:
@@ -144,7 +145,7 @@ def longer(settings, model_source, sequences_path, shard, gates_path, heads_path
         )
         annotate(out_dir / label)
         summary[label] = {
-            name: {key: found[f"{name}-x1"][key] for key in ("delta_nll", "copies_per_token")}
+            name: {key: found[str(RunName(name))][key] for key in ("delta_nll", "copies_per_token")}
             for name in runs
         }
     write_json(out_dir / "summary.json", summary)

@@ -1,0 +1,59 @@
+# The harness's results files: one per run x shard at 1x and per multiplier on the first
+# shard, named by moecache.runs; the tables read them.
+from moecache.runs import LABEL_PATTERN
+
+
+def decoded_runs():
+    """(shard, run name) of every results file: each run x shard at 1x, and each run x
+    multiplier on the first shard (slower copies rank the policies on the main shard, as
+    in the paper)."""
+    return [
+        (shard, RunName(name, m))
+        for name, run in RUNS.items()
+        for shard in run.get("shards", SHARDS)
+        for m in run.get("multipliers", [1])
+        if m == 1 or shard == FIRST_SHARD
+    ]
+
+
+def results_file(shard, name):
+    return f"results/runs/{shard}/{name}.json"
+
+
+def decode_outputs():
+    return [results_file(shard, name) for shard, name in decoded_runs()]
+
+
+def runs_at_1x(shard):
+    """Every run's 1x results on `shard`."""
+    return [
+        results_file(shard, RunName(name))
+        for name, run in RUNS.items()
+        if shard in run.get("shards", SHARDS)
+    ]
+
+
+def scaled_runs():
+    """The first shard's runs at copy multipliers above 1."""
+    return [
+        results_file(shard, name)
+        for shard, name in decoded_runs()
+        if name.multiplier != 1
+    ]
+
+
+def link_check_outputs():
+    """The link check, when some run is scaled (it compares the links at that multiplier)."""
+    return [f"results/link/{DEVICE_TAG}.json"] if scaled_runs() else []
+
+
+def controller_heads_of_runs(shard):
+    """The heads files that the runs decoding `shard` name: a controller run decodes
+    beside the others, in Table 1 and Figure 1."""
+    return sorted(
+        {
+            run["params"]["weights"]
+            for run in RUNS.values()
+            if run["policy"] == "controller" and shard in run.get("shards", SHARDS)
+        }
+    )

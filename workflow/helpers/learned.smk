@@ -1,0 +1,52 @@
+# Learned eviction's scorer groups, traces and closed-loop folders, for learned.smk and
+# the tables.
+from moecache.learned import groups as learned_groups
+
+# The groups are those of moecache.learned.groups. Without a `learned` section these
+# helpers give nothing, so none of its jobs is ever needed.
+LEARNED = config.get("learned")
+
+
+def learned_evaluation():
+    """The learned scorers' evaluation, when the config has a learned section."""
+    return ["results/learned/evaluation.json"] if LEARNED else []
+
+
+def learned_scorers():
+    """One folder of scorers per group (every kind it trains)."""
+    if not LEARNED:
+        return []
+    return expand(
+        "results/learned/scorers/{group}",
+        group=learned_groups.names(LEARNED, TRACE_SHARDS),
+    )
+
+
+def routing_of(source):
+    """The training trace, or a held-out shard's trace."""
+    if source == learned_groups.TRAINING_TRACE:
+        return "results/learned/training-trace.parquet"
+    return TRACE.format(shard=source)
+
+
+def closed_loop_names(shard):
+    """Closed-loop scorers that apply to `shard`: a past-use scorer only to its own."""
+    names = LEARNED["closed_loop"] if LEARNED else []
+    return [n for n in names if learned_groups.applies(n, shard)]
+
+
+def closed_loop_dirs():
+    return [
+        f"results/learned/closed-loop/{shard}"
+        for shard in TRACE_SHARDS
+        if closed_loop_names(shard)
+    ]
+
+
+def fitted_on(wildcards):
+    """A group's trace and labels: the training trace's, or its shard's."""
+    source = learned_groups.source(wildcards.group)
+    return {
+        "trace": routing_of(source),
+        "labels": f"results/learned/labels/{source}.parquet",
+    }

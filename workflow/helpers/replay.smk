@@ -1,0 +1,38 @@
+# Replay, bound and foresight files at each capacity, for replay.smk and the tables.
+# The trace run's own C always; replay.capacities adds others (the paper's C = N/2).
+REPLAY_CAPACITIES = sorted({TRACE_CAPACITY, *config["replay"].get("capacities", [])})
+
+
+def replayed(shard, name, capacity=TRACE_CAPACITY):
+    """A replay, bound or foresight file: the trace run's C in the shard's folder (where
+    the learned stage reads it), any other C under c<C>/."""
+    where = "" if capacity == TRACE_CAPACITY else f"c{capacity}/"
+    return f"results/replay/{shard}/{where}{name}.json"
+
+
+def replay_capacity(wildcards):
+    """A replay job's C: its `capacity` wildcard (c<C>/), else the trace run's."""
+    return int(wildcards.get("capacity", TRACE_CAPACITY))
+
+
+def replayed_all(name, shards=None):
+    """`name` at every capacity of every trace shard (or of `shards`)."""
+    return [
+        replayed(shard, name, capacity)
+        for shard in shards or TRACE_SHARDS
+        for capacity in REPLAY_CAPACITIES
+    ]
+
+
+def replay_outputs():
+    """Replay, bounds and foresight on every shard the trace run decodes, at every replayed
+    capacity; the sweep and the benchmark once."""
+    return [
+        *(
+            path
+            for name in ("replay", "bound", "foresight")
+            for path in replayed_all(name)
+        ),
+        "results/replay/optimum-sweep.json",
+        "results/replay/benchmark.json",
+    ]

@@ -1,0 +1,46 @@
+# The report's inputs beyond the results: Table 1's other devices, the paper's outputs
+# and every final output (the target `all`).
+from pathlib import Path
+
+# Table 1's other devices: the GPU checks report.devices names, never whatever lies in a
+# folder, so the tables' inputs are the config's.
+GPU_CHECKS = [
+    f"measured/gpu-check/{name}.json"
+    for name in config.get("report", {}).get("devices", [])
+]
+for path in GPU_CHECKS:
+    if not Path(path).exists():
+        sys.exit(f"config error: config key report.devices: no GPU check {path}")
+
+
+PAPER_OUTPUTS = [
+    "figures/table1.md",
+    *expand("figures/{name}.md", name=["table2", "table3", "table_controller"]),
+    "figures/table_eviction.md",
+    "figures/table_bounds.md",
+    "figures/table_replication.md",
+    "figures/fig1.pdf",
+    "figures/fig2.pdf",
+    "figures/claims.md",
+    "figures/numbers.md",
+]
+
+
+def final_outputs():
+    """Every stage's outputs, then the paper's tables and figures: the target `all`."""
+    return [
+        *built("results/model"),
+        *expand("results/heldout/{shard}.parquet", shard=SHARDS),
+        "results/profile/model.json",
+        BANDWIDTH,
+        *link_check_outputs(),
+        f"results/probe/{FIRST_SHARD}.json",
+        *decode_outputs(),
+        *replay_outputs(),
+        *learned_evaluation(),
+        *router_measured(),
+        *controller_sweeps(),
+        *controller_longer(),
+        *accuracy_summaries(),
+        *PAPER_OUTPUTS,
+    ]
