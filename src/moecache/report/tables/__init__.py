@@ -1,0 +1,25 @@
+"""The paper's tables, every cell computed from the pipeline's results files.
+
+Each builder returns a `Table`: its rows (one DataFrame per part), its notes and its
+verdicts as separate fields; `write` renders them as CSV, Markdown and sources. A table
+whose inputs the config does not produce says so in its caption and has no rows.
+"""
+
+from moecache.report.tables.appendix import table_bounds, table_controller, table_eviction
+from moecache.report.tables.base import Table, write
+from moecache.report.tables.table1 import cost_model_part, table1, table_replication
+from moecache.report.tables.table2 import table2
+from moecache.report.tables.table3 import table3
+
+# Name -> builder; each builder's parameters are the command line's input flags.
+BUILDERS = {
+    "table1": table1,
+    "table2": table2,
+    "table3": table3,
+    "table_controller": table_controller,
+    "table_eviction": table_eviction,
+    "table_bounds": table_bounds,
+    "table_replication": table_replication,
+}
+
+__all__ = ["BUILDERS", "Table", "cost_model_part", "table1", "table2", "table3", "write"]
