@@ -117,15 +117,13 @@ def workdir(tmp_path) -> Path:
         run_file("static", "static", delta_nll=0.00243, copy_share=0.002),
     )
     write_json(w / "results/runs/a/lru-x10.json", run_file("lru", "lru", tokens_per_second=1.0))
+    # Table 1's cost-model rows: the section decides its verdicts from them (no table1.md).
     write(
         w / "figures/table1_cost_model.csv",
-        "multiplier,run,predicted_ms,measured_ms,predicted_winner\n"
-        "10,lru,8.58,8.683,False\n10,static,8.021,7.907,True\n",
-    )
-    write(
-        w / "figures/table1.md",
-        "### Table 1\n\ncaption\n\nAt 10x: equation (1) predicts static, measured fastest "
-        "static: AGREE.\nConfig hash x.\n",
+        "multiplier,run,n,predicted_ms,measured_ms,measured_ms_lo,measured_ms_hi,"
+        "relative_error,within_5pct,predicted_winner\n"
+        "10,lru,2.1,8.58,8.683,8.5,8.9,-0.0119,True,False\n"
+        "10,static,0.4,8.021,7.907,7.8,8.0,0.0144,True,True\n",
     )
     write_json(
         w / "results/replay/a/replay.json",
@@ -195,9 +193,10 @@ def test_sections_render_the_numbers_in_the_files(workdir):
     assert "110.0-130.0" in runs and "lru-x10" not in runs and "| 1.0 |" not in runs
     assert "LRU's copies take 1.25% of its step at 1x (copy time over step time)." in runs
     cost = sections["cost_model"]
-    assert "| multiplier | run | predicted_ms | measured_ms | predicted_winner |" in cost
-    assert "| 10 | static | 8.021 | 7.907 | True |" in cost
-    assert "- At 10x: equation (1) predicts static" in cost and "Config hash" not in cost
+    assert "| multiplier | run | n | predicted_ms | measured_ms |" in cost
+    assert "| 10 | static | 0.4 | 8.021 | 7.907 | 7.8 | 8 | 0.0144 | True | True |" in cost
+    assert "- At 10x: equation (1) predicts static, measured fastest static: AGREE." in cost
+    assert "- Every run within 5%: yes (largest error +1.4%, static at 10x)." in cost
     replay = sections["replay"]
     assert "| lfu | 39.9% | 5,916 |" in replay
     bounds = "| a | 32 | 32 | 3,216 | 3,372 | 3,372 | yes | 4.9% | 12.5% | yes / yes | 0.42 |"
@@ -298,7 +297,7 @@ def test_refresh_replaces_only_the_marked_blocks(workdir, tmp_path):
 @pytest.mark.parametrize(
     "names, says",
     [
-        ([*numbers.NAMES, "extra"], "has block(s) extra that"),
+        ([*numbers.NAMES, "extra"], "has block extra that"),
         ([n for n in numbers.NAMES if n != "runtime"], "has section(s) runtime that"),
     ],
 )
