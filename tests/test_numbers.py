@@ -1,6 +1,6 @@
-"""The README's measured numbers come from the results files: `moecache numbers` renders
-them per section, refreshes only the README's marked blocks, and the committed README's
-blocks equal the committed figures/numbers.md."""
+"""The measured numbers come from the results files: `moecache numbers` renders them per
+section and refreshes only the marked blocks of the README and docs/*.md; the committed
+blocks equal the published docs/results/numbers.md, and the smoke run's results fill them."""
 
 from __future__ import annotations
 
@@ -322,35 +322,59 @@ def test_refresh_refuses_a_broken_marker(workdir, tmp_path):
     assert "numbers:" in result.stderr and readme.read_text() == before
 
 
-def test_the_readme_has_one_block_per_section():
-    blocks = numbers.blocks((REPO / "README.md").read_text(), "README.md")
-    assert sorted(blocks) == sorted(numbers.NAMES)
+def marked_pages() -> dict[Path, dict[str, str]]:
+    """README.md and docs/*.md that hold number blocks, with their blocks."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    found = {page: numbers.blocks(page.read_text(), page.name) for page in pages}
+    return {page: blocks for page, blocks in found.items() if blocks}
 
 
-def test_the_readme_quotes_the_committed_numbers():
-    """The README's blocks are figures/numbers.md's sections: refreshed by `make run`
-    (`moecache numbers --from figures/numbers.md --readme README.md`)."""
-    committed = REPO / "figures" / "numbers.md"
-    if not committed.exists():
-        pytest.skip(
-            "figures/numbers.md is not committed yet: the embedded `make run` writes it "
-            "and refreshes the README's blocks from it"
+def test_every_section_has_one_block_in_the_readme_or_docs():
+    names = [name for blocks in marked_pages().values() for name in blocks]
+    assert sorted(names) == sorted(numbers.NAMES)
+    assert "claims" in numbers.blocks((REPO / "README.md").read_text(), "README.md")
+
+
+def test_the_docs_quote_the_published_numbers():
+    """The blocks are docs/results/numbers.md's sections: `make publish` copies a finished
+    run's figures/numbers.md there and refreshes them
+    (`moecache numbers --from docs/results/numbers.md --readme README.md docs/*.md`)."""
+    published = numbers.read_sections(REPO / "docs/results/numbers.md")
+    for page, blocks in marked_pages().items():
+        assert blocks == {name: published[name] for name in blocks}, (
+            f"{page.name}'s measured numbers differ from docs/results/numbers.md: run "
+            "`make publish`"
         )
-    readme = numbers.blocks((REPO / "README.md").read_text(), "README.md")
-    assert readme == numbers.read_sections(committed), (
-        "README.md's measured numbers differ from figures/numbers.md: run "
-        "`moecache numbers --from figures/numbers.md --readme README.md`"
-    )
 
 
-def test_replay_carries_every_capacity(workdir):
-    """A second capacity (replay.capacities, under c<C>/) gets its own columns and rows."""
-    for name in ("replay", "bound"):
-        report = json.loads((workdir / f"results/replay/a/{name}.json").read_text())
-        report["capacity"] = 16
-        write_json(workdir / f"results/replay/a/c16/{name}.json", report)
-    replay = numbers.build(workdir)["replay"]
-    assert "C = 16 and 32 of 64 experts" in replay
-    header = "| rule | shard a, C = 16: share of the LRU-to-oracle gap | shard a, C = 16: steady"
-    assert header in replay and "| shard a, C = 32: steady copies |" in replay
-    assert "| a | 16 | 32 | 3,216 |" in replay and "| a | 32 | 32 | 3,216 |" in replay
+def test_the_smoke_runs_numbers_fill_every_block(smoke_run, tmp_path):
+    """Re-derived from the smoke run's results files, the sections equal what its `numbers`
+    rule wrote and fill every block of copies of the README and docs pages."""
+    sections = numbers.build(smoke_run)
+    assert sections == numbers.read_sections(smoke_run / "figures/numbers.md")
+    copies = []
+    for page in marked_pages():
+        copy = tmp_path / page.relative_to(REPO)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(page.read_text())
+        copies.append(copy)
+    numbers.refresh(copies, sections, "the smoke run")
+    filled = {}
+    for copy in copies:
+        filled.update(numbers.blocks(copy.read_text(), copy.name))
+    assert filled == sections
+
+
+def test_refresh_fills_blocks_spread_over_files_and_refuses_a_block_held_twice(workdir, tmp_path):
+    sections = numbers.build(workdir)
+    first, second = tmp_path / "README.md", tmp_path / "harness.md"
+    first.write_text(readme_text(numbers.NAMES[:3]))
+    second.write_text(readme_text(numbers.NAMES[3:]))
+    numbers.refresh([first, second], sections, "the run")
+    filled = {**numbers.blocks(first.read_text(), "a"), **numbers.blocks(second.read_text(), "b")}
+    assert filled == sections
+    second.write_text(readme_text(numbers.NAMES[2:]))  # gates in both files
+    before = first.read_text()
+    with pytest.raises(MoecacheError, match="numbers:gates is in both"):
+        numbers.refresh([first, second], sections, "the run")
+    assert first.read_text() == before
