@@ -1,11 +1,12 @@
-# Two commands do everything on a fresh machine:  `make run`  and  `make test`.
-# Both first build .venv at the repo root with the pinned dependencies (torch 2.13.0).
+# Two commands do everything on a fresh machine:  `make run`  and  `make test`; a third,
+# `make publish`, copies a finished run into docs/results/ for you to commit. Each first
+# builds .venv at the repo root with the pinned dependencies (torch 2.13.0).
 VENV := .venv
 STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 PYTHON ?= python3
 
-.PHONY: venv run test lint pytest gpu-check replay-scale clean
+.PHONY: venv run publish test lint pytest gpu-check replay-scale clean
 
 venv: $(STAMP)
 
@@ -17,11 +18,19 @@ $(STAMP): envs/requirements.txt envs/requirements-dev.txt envs/constraints.txt p
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-# The main job: the whole DAG on the embedded default config, then its HTML report.
+# The main job: the whole DAG on the embedded default config, then its HTML report. Its
+# outputs (results/, figures/, report.html) are ignored by git: it leaves tracked files alone.
 run: venv
 	snakemake all --cores 1 --resources gpu=1
 	snakemake --report report.html
-	moecache numbers --from figures/numbers.md --readme README.md
+
+# Publish a finished run: its final tables, figures and numbers from figures/ into
+# docs/results/, then the marked number blocks of the README and docs/*.md from them.
+PUBLISHED := docs/results
+publish: venv
+	test -f figures/numbers.md || { echo "figures/numbers.md: missing (make run first)" >&2; exit 1; }
+	find figures -maxdepth 1 -type f ! -name README.md -exec cp {} $(PUBLISHED)/ \;
+	moecache numbers --from $(PUBLISHED)/numbers.md --readme README.md docs/*.md
 
 # The test suite: static checks, then the tests (which include the smoke pipeline).
 test: venv lint pytest

@@ -1,6 +1,6 @@
-"""The README's measured numbers come from the results files: `moecache numbers` renders
-them per section, refreshes only the README's marked blocks, and the committed README's
-blocks equal the committed figures/numbers.md."""
+"""The measured numbers come from the results files: `moecache numbers` renders them per
+section and refreshes only the marked blocks of the README and docs/*.md; the committed
+blocks equal the published docs/results/numbers.md, and the smoke run's results fill them."""
 
 from __future__ import annotations
 
@@ -117,15 +117,13 @@ def workdir(tmp_path) -> Path:
         run_file("static", "static", delta_nll=0.00243, copy_share=0.002),
     )
     write_json(w / "results/runs/a/lru-x10.json", run_file("lru", "lru", tokens_per_second=1.0))
+    # Table 1's cost-model rows: the section decides its verdicts from them (no table1.md).
     write(
         w / "figures/table1_cost_model.csv",
-        "multiplier,run,predicted_ms,measured_ms,predicted_winner\n"
-        "10,lru,8.58,8.683,False\n10,static,8.021,7.907,True\n",
-    )
-    write(
-        w / "figures/table1.md",
-        "### Table 1\n\ncaption\n\nAt 10x: equation (1) predicts static, measured fastest "
-        "static: AGREE.\nConfig hash x.\n",
+        "multiplier,run,n,predicted_ms,measured_ms,measured_ms_lo,measured_ms_hi,"
+        "relative_error,within_5pct,predicted_winner\n"
+        "10,lru,2.1,8.58,8.683,8.5,8.9,-0.0119,True,False\n"
+        "10,static,0.4,8.021,7.907,7.8,8.0,0.0144,True,True\n",
     )
     write_json(
         w / "results/replay/a/replay.json",
@@ -195,9 +193,10 @@ def test_sections_render_the_numbers_in_the_files(workdir):
     assert "110.0-130.0" in runs and "lru-x10" not in runs and "| 1.0 |" not in runs
     assert "LRU's copies take 1.25% of its step at 1x (copy time over step time)." in runs
     cost = sections["cost_model"]
-    assert "| multiplier | run | predicted_ms | measured_ms | predicted_winner |" in cost
-    assert "| 10 | static | 8.021 | 7.907 | True |" in cost
-    assert "- At 10x: equation (1) predicts static" in cost and "Config hash" not in cost
+    assert "| multiplier | run | n | predicted_ms | measured_ms |" in cost
+    assert "| 10 | static | 0.4 | 8.021 | 7.907 | 7.8 | 8 | 0.0144 | True | True |" in cost
+    assert "- At 10x: equation (1) predicts static, measured fastest static: AGREE." in cost
+    assert "- Every run within 5%: yes (largest error +1.4%, static at 10x)." in cost
     replay = sections["replay"]
     assert "| lfu | 39.9% | 5,916 |" in replay
     bounds = "| a | 32 | 32 | 3,216 | 3,372 | 3,372 | yes | 4.9% | 12.5% | yes / yes | 0.42 |"
@@ -298,7 +297,7 @@ def test_refresh_replaces_only_the_marked_blocks(workdir, tmp_path):
 @pytest.mark.parametrize(
     "names, says",
     [
-        ([*numbers.NAMES, "extra"], "has block(s) extra that"),
+        ([*numbers.NAMES, "extra"], "has block extra that"),
         ([n for n in numbers.NAMES if n != "runtime"], "has section(s) runtime that"),
     ],
 )
@@ -323,35 +322,59 @@ def test_refresh_refuses_a_broken_marker(workdir, tmp_path):
     assert "numbers:" in result.stderr and readme.read_text() == before
 
 
-def test_the_readme_has_one_block_per_section():
-    blocks = numbers.blocks((REPO / "README.md").read_text(), "README.md")
-    assert sorted(blocks) == sorted(numbers.NAMES)
+def marked_pages() -> dict[Path, dict[str, str]]:
+    """README.md and docs/*.md that hold number blocks, with their blocks."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    found = {page: numbers.blocks(page.read_text(), page.name) for page in pages}
+    return {page: blocks for page, blocks in found.items() if blocks}
 
 
-def test_the_readme_quotes_the_committed_numbers():
-    """The README's blocks are figures/numbers.md's sections: refreshed by `make run`
-    (`moecache numbers --from figures/numbers.md --readme README.md`)."""
-    committed = REPO / "figures" / "numbers.md"
-    if not committed.exists():
-        pytest.skip(
-            "figures/numbers.md is not committed yet: the embedded `make run` writes it "
-            "and refreshes the README's blocks from it"
+def test_every_section_has_one_block_in_the_readme_or_docs():
+    names = [name for blocks in marked_pages().values() for name in blocks]
+    assert sorted(names) == sorted(numbers.NAMES)
+    assert "claims" in numbers.blocks((REPO / "README.md").read_text(), "README.md")
+
+
+def test_the_docs_quote_the_published_numbers():
+    """The blocks are docs/results/numbers.md's sections: `make publish` copies a finished
+    run's figures/numbers.md there and refreshes them
+    (`moecache numbers --from docs/results/numbers.md --readme README.md docs/*.md`)."""
+    published = numbers.read_sections(REPO / "docs/results/numbers.md")
+    for page, blocks in marked_pages().items():
+        assert blocks == {name: published[name] for name in blocks}, (
+            f"{page.name}'s measured numbers differ from docs/results/numbers.md: run "
+            "`make publish`"
         )
-    readme = numbers.blocks((REPO / "README.md").read_text(), "README.md")
-    assert readme == numbers.read_sections(committed), (
-        "README.md's measured numbers differ from figures/numbers.md: run "
-        "`moecache numbers --from figures/numbers.md --readme README.md`"
-    )
 
 
-def test_replay_carries_every_capacity(workdir):
-    """A second capacity (replay.capacities, under c<C>/) gets its own columns and rows."""
-    for name in ("replay", "bound"):
-        report = json.loads((workdir / f"results/replay/a/{name}.json").read_text())
-        report["capacity"] = 16
-        write_json(workdir / f"results/replay/a/c16/{name}.json", report)
-    replay = numbers.build(workdir)["replay"]
-    assert "C = 16 and 32 of 64 experts" in replay
-    header = "| rule | shard a, C = 16: share of the LRU-to-oracle gap | shard a, C = 16: steady"
-    assert header in replay and "| shard a, C = 32: steady copies |" in replay
-    assert "| a | 16 | 32 | 3,216 |" in replay and "| a | 32 | 32 | 3,216 |" in replay
+def test_the_smoke_runs_numbers_fill_every_block(smoke_run, tmp_path):
+    """Re-derived from the smoke run's results files, the sections equal what its `numbers`
+    rule wrote and fill every block of copies of the README and docs pages."""
+    sections = numbers.build(smoke_run)
+    assert sections == numbers.read_sections(smoke_run / "figures/numbers.md")
+    copies = []
+    for page in marked_pages():
+        copy = tmp_path / page.relative_to(REPO)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(page.read_text())
+        copies.append(copy)
+    numbers.refresh(copies, sections, "the smoke run")
+    filled = {}
+    for copy in copies:
+        filled.update(numbers.blocks(copy.read_text(), copy.name))
+    assert filled == sections
+
+
+def test_refresh_fills_blocks_spread_over_files_and_refuses_a_block_held_twice(workdir, tmp_path):
+    sections = numbers.build(workdir)
+    first, second = tmp_path / "README.md", tmp_path / "harness.md"
+    first.write_text(readme_text(numbers.NAMES[:3]))
+    second.write_text(readme_text(numbers.NAMES[3:]))
+    numbers.refresh([first, second], sections, "the run")
+    filled = {**numbers.blocks(first.read_text(), "a"), **numbers.blocks(second.read_text(), "b")}
+    assert filled == sections
+    second.write_text(readme_text(numbers.NAMES[2:]))  # gates in both files
+    before = first.read_text()
+    with pytest.raises(MoecacheError, match="numbers:gates is in both"):
+        numbers.refresh([first, second], sections, "the run")
+    assert first.read_text() == before

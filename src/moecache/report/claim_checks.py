@@ -153,7 +153,7 @@ def cost_model_winner(r: Results) -> Found:
     if not scaled:
         raise Missing("no run repeated at a copy multiplier")
     full = [r.path(p) for p in (*runs, *scaled, *bandwidth)]
-    _, _, checks, _ = tables.cost_model_part(full[: len(runs)], full[len(runs) : -1], full[-1:])
+    checks = tables.cost_model_part(full[: len(runs)], full[len(runs) : -1], full[-1:]).checks
     found = {int(c["multiplier"]): c for c in checks if c.get("measured_winner")}
     wanted = [m for m in (10, 50) if m in found]
     if not wanted:

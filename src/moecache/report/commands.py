@@ -170,7 +170,9 @@ def register_numbers(sub) -> None:
     p.add_argument("--runs", nargs="+", type=Path, help="runs at 1x (default: the first shard's)")
     p.add_argument("--bandwidth", nargs="+", type=Path, help="bandwidth files (default: all)")
     p.add_argument("--out", type=Path, help="write every section, marked, to this file")
-    p.add_argument("--readme", type=Path, help="replace the marked blocks of this README")
+    p.add_argument(
+        "--readme", type=Path, nargs="+", help="replace the marked blocks of these files"
+    )
 
     p = add(
         sub,

@@ -1,0 +1,81 @@
+"""The scientific verdicts the tables state are decided in their stage's package, on the
+results' numbers: Table 3's gap verdict (router_tuning.verdicts) and the learned scorers'
+(learned.verdicts). Each flips when its input crosses the threshold."""
+
+import pytest
+
+from moecache.learned.verdicts import learned_verdict
+from moecache.report.tables.table3 import verdict_line
+from moecache.router_tuning.verdicts import gap_verdicts
+
+
+def measured(own_hit: float, lru: float, log=(0.30, 0.50), reward=None) -> dict:
+    training = {"log_reward": reward or {"start": 1.0, "end": 2.0}, "log_sim_hit_rate": {}}
+    training["log_sim_hit_rate"] = {"start": log[0], "end": log[1]}
+    return {
+        "training": training,
+        "teacher_forced": {"trained_layer_hit_rate": 0.5, "lru_steady": lru},
+        "own_generations": {"trained_layer_hit_rate": own_hit},
+    }
+
+
+def found(own_hit: float, **kw) -> dict:
+    base = measured(0.40, 100.0)
+    base["training"] = None
+    return {"base": base, "hit": measured(own_hit, 100.0, **kw)}
+
+
+@pytest.mark.parametrize("own_hit, closes", [(0.51, True), (0.49, False)])
+def test_half_the_simulated_gain_decides_the_gap(own_hit, closes):
+    # Logged gain 0.20: half of it is 0.10 beyond the base's 0.40 on its own generations.
+    (verdict,) = gap_verdicts(found(own_hit))
+    assert verdict.model == "hit" and verdict.closes is closes and not verdict.against_sft
+    assert verdict_line(verdict).endswith(f"the simulated gain: {'yes' if closes else 'no'}.")
+
+
+def test_no_logged_gain_leaves_no_gap_to_close():
+    (verdict,) = gap_verdicts(found(0.9, log=(0.5, 0.4)))
+    assert verdict.closes is None
+    assert verdict_line(verdict).endswith("so there is no gap to close.")
+
+
+@pytest.mark.parametrize("lru, closes", [(79.0, True), (81.0, False)])
+def test_the_harness_variant_is_judged_on_its_logged_copies(lru, closes):
+    runs = found(0.4)
+    # Reward is minus copies per token: -10 to -6 is 40% fewer copies; half is 20%.
+    runs["harness"] = measured(0.4, lru, reward={"start": -10.0, "end": -6.0})
+    verdicts = {v.model: v for v in gap_verdicts(runs)}
+    assert verdicts["harness"].closes is closes
+
+
+def evaluation(shares: dict[str, tuple[float, float]]) -> dict:
+    shards = {
+        shard: {
+            "replay": {
+                "heldout": {name: {"gap_recovered": values[i]} for name, values in shares.items()}
+            }
+        }
+        for i, shard in enumerate(("a", "b"))
+    }
+    return {"shards": shards}
+
+
+def test_the_best_learned_scorer_is_the_best_on_its_worst_shard():
+    verdict = learned_verdict(
+        evaluation(
+            {
+                "decayed-frequency": (0.2, 0.1),
+                "router/mlp": (0.9, 0.4),
+                "past-use/mlp": (0.6, 0.55),
+                "router/mlp-permuted": (0.95, 0.95),  # a control: never the best
+            }
+        )
+    )
+    assert verdict.best == "past-use/mlp" and verdict.half_of_gap and verdict.beats_decayed
+
+
+def test_a_scorer_below_decayed_frequency_on_one_shard_fails_the_verdict():
+    verdict = learned_verdict(
+        evaluation({"decayed-frequency": (0.3, 0.3), "router/mlp": (0.4, 0.2)})
+    )
+    assert verdict.best == "router/mlp" and not verdict.beats_decayed and not verdict.half_of_gap
