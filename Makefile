@@ -48,7 +48,7 @@ pytest: venv
 # float32 and bfloat16, copy bandwidth per multiplier, a paper-sized expert layer; one
 # results file per machine. Without CUDA it refuses in one line.
 gpu-check: venv
-	moecache gpu-check --out measured/gpu-check/$$(hostname).json
+	moecache gpu-check --out results/gpu-check/$$(hostname).json
 
 # Every rule over a generated trace of 100 million requests (400 sequences x 1000 tokens x
 # 32 layers x top-8 of 64), streamed: seconds per rule and peak memory. Minutes of CPU, so
