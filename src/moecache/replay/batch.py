@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moecache.errors import MoecacheError
-from moecache.policies.base import Pools
+from moecache.policies.pools import Pools
 from moecache.replay import engine
 from moecache.replay.demand import PAD, Demand
 
