@@ -20,6 +20,7 @@ from moecache.report.numbers.format import (
     small,
     table,
 )
+from moecache.runs import at_multiplier
 
 
 def model_section(workdir: Path) -> str:
@@ -288,7 +289,7 @@ def gpu_check_section(workdir: Path) -> str:
 
 def runs_section(workdir: Path, shard: str, files: Sequence[Path] | None = None) -> str:
     """Every run at 1x on the first shard: speed with its interval, copies, quality."""
-    files = files or list((workdir / f"results/runs/{shard}").glob("*-x1.json"))
+    files = files or list((workdir / f"results/runs/{shard}").glob(at_multiplier(1)))
     reports = sorted((read(path) for path in files), key=lambda r: r["run"])
     if not reports:
         raise MoecacheError(f"{workdir / 'results/runs' / shard}: no runs at 1x")
