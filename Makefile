@@ -46,9 +46,11 @@ pytest: venv
 
 # One GPU, under five minutes, nothing downloaded: the smoke model through the gates in
 # float32 and bfloat16, copy bandwidth per multiplier, a paper-sized expert layer; one
-# results file per machine. Without CUDA it refuses in one line.
+# results file per machine, measured/gpu-check/<host>.json: Table 1 and the numbers read it
+# once config key report.devices names <host> (commit it beside the H200's). Without CUDA
+# it refuses in one line.
 gpu-check: venv
-	moecache gpu-check --out results/gpu-check/$$(hostname).json
+	moecache gpu-check --out measured/gpu-check/$$(hostname).json
 
 # Every rule over a generated trace of 100 million requests (400 sequences x 1000 tokens x
 # 32 layers x top-8 of 64), streamed: seconds per rule and peak memory. Minutes of CPU, so

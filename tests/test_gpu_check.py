@@ -44,7 +44,8 @@ def test_run_refuses_before_measuring(tmp_path, monkeypatch):
 def test_make_target():
     text = (REPO / "Makefile").read_text()
     assert "gpu-check" in text.split(".PHONY:")[1].splitlines()[0]
-    assert "gpu-check: venv\n\tmoecache gpu-check --out results/gpu-check/" in text
+    # Into the folder report.devices names files of, so that Table 1 can read it.
+    assert "gpu-check: venv\n\tmoecache gpu-check --out measured/gpu-check/" in text
 
 
 def test_paper_layer_is_seeded_and_shaped():

@@ -211,6 +211,26 @@ def test_sections_render_the_numbers_in_the_files(workdir):
     assert "| all jobs | 4 | **4 min 16 s** |" in runtime and "999" not in runtime
 
 
+def gpu_check_file(path: Path, device: str) -> Path:
+    versions = {"torch": "2.5", "transformers": "4.46"}
+    check = {"device_name": device, "versions": versions, "seconds": 61.0, "gates": {}}
+    write_json(path, {**check, "memory": {}, "bandwidth": None, "paper_layer": None})
+    return path
+
+
+def test_the_gpu_checks_read_are_the_named_devices_never_a_folders(workdir):
+    """Only the files given (report.devices's, as Table 1 reads them) are rendered: a
+    GPU check lying in measured/ or results/ unnamed is not."""
+    named = gpu_check_file(workdir / "measured/gpu-check/h200.json", "NVIDIA H200")
+    gpu_check_file(workdir / "measured/gpu-check/l4.json", "NVIDIA L4")
+    gpu_check_file(workdir / "results/gpu-check/host.json", "NVIDIA A100")
+    assert numbers.build(workdir)["gpu_check"].startswith("No GPU check results")
+    section = numbers.build(workdir, gpu_check=[named])["gpu_check"]
+    assert "| device | NVIDIA H200 |" in section
+    assert "| file | `measured/gpu-check/h200.json` |" in section
+    assert "L4" not in section and "A100" not in section
+
+
 def test_a_changed_number_changes_its_section_only(workdir):
     before = numbers.build(workdir)
     assert numbers.build(workdir) == before  # a pure function of the files

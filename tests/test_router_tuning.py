@@ -191,7 +191,7 @@ def test_smoke_run_fine_tunes_merges_and_fills_table3(smoke_run):
             gate = "model.layers.1.mlp.gate.weight"
             assert not torch.equal(merged[gate], base[gate])  # the router moved
     table = (smoke_run / "figures" / "table3.md").read_text()
-    assert "Not produced yet" not in table
+    assert "Not produced" not in table
     for row in ("Base (untuned)", "SFT control", "Cache-hit reward", "+ cache-size tag"):
         assert row in table
     assert "not comparable" in table

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from moecache.runs import HeadsName, NameFormatError, RunName, point_name, threshold_of
+from moecache.runs import (
+    AccuracyRowName,
+    HeadsName,
+    NameFormatError,
+    RunName,
+    at_multiplier,
+    point_name,
+    threshold_of,
+)
 
 
 @pytest.mark.parametrize(
@@ -19,6 +27,21 @@ def test_run_name_round_trips(label, run, multiplier):
 
 def test_a_run_at_1x_by_default():
     assert str(RunName("controller-t50")) == "controller-t50-x1"
+
+
+def test_a_scaled_runs_twin_is_its_run_at_1x_under_another_name():
+    assert str(RunName("lru", 10).twin) == "lru-twin-x1"
+    assert RunName.parse("lru-twin-x1") == RunName("lru", 10).twin
+
+
+def test_files_and_folders_are_named_by_their_run(tmp_path):
+    for name in ("lru-x1.json", "lru-x10.json", "dwell-16-x1.json", "lru-x1.parquet", "t50-x1"):
+        (tmp_path / name).touch()
+    found = sorted(p.name for p in tmp_path.glob(at_multiplier(1)))
+    assert found == ["dwell-16-x1.json", "lru-x1.json"]
+    assert [p.name for p in tmp_path.glob(at_multiplier(1, ""))] == ["t50-x1"]
+    assert RunName.of(tmp_path / "lru-x10.json") == RunName("lru", 10)
+    assert RunName.of("results/controller/sweep/t50-x1") == RunName("t50")
 
 
 @pytest.mark.parametrize("label", ["lru", "lru-x", "LRU-x1", "lru-x1.json"])
@@ -51,3 +74,21 @@ def test_sweep_points_name_their_threshold():
     assert threshold_of("t50", thresholds) == 0.5
     with pytest.raises(NameFormatError, match="t60: not one of controller.thresholds"):
         threshold_of("t60", thresholds)
+
+
+@pytest.mark.parametrize(
+    ("name", "row"),
+    [
+        ("controller-s0-matched", AccuracyRowName(0, "matched")),
+        ("controller-s12-t50", AccuracyRowName(12, "t50")),
+    ],
+)
+def test_controller_accuracy_row_round_trips(name, row):
+    assert AccuracyRowName.parse(name) == row
+    assert str(row) == name
+
+
+@pytest.mark.parametrize("name", ["controller-t50", "controller-s0", "controller-s0-best", "free"])
+def test_another_accuracy_row_is_not_the_controllers(name):
+    with pytest.raises(NameFormatError, match="not a controller accuracy row name"):
+        AccuracyRowName.parse(name)

@@ -1,15 +1,18 @@
 """The names of runs, controller heads and sweep points: built and parsed here only.
 
 A run's results are named `<run>-x<multiplier>` (`lru-x10`: the config's run `lru` with
-copies 10 times slower), a controller's heads `<objective>-s<seed>[-e<price>]`, and a
-sweep point `t<100 * threshold>` (`t50`). The workflow builds its paths from these and
-the stages read them back through `parse`, so a name has one spelling.
+copies 10 times slower; a scaled run's 1x twin `lru-twin-x1`), a controller's heads
+`<objective>-s<seed>[-e<price>]`, a sweep point `t<100 * threshold>` (`t50`), and an
+accuracy row of the controller `controller-s<seed>-<point>` (`matched` or a sweep
+point). The workflow builds its paths from these and the stages read them back through
+`parse`, so a name has one spelling.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from moecache.errors import MoecacheError
 
@@ -18,6 +21,7 @@ RUN_PATTERN = r"[a-z0-9][a-z0-9-]*"
 LABEL_PATTERN = rf"{RUN_PATTERN}-x[0-9]+"
 HEADS_PATTERN = r"(?:differentiable|reinforce)-s[0-9]+(?:-e[0-9.]+)?"
 POINT_PATTERN = r"t[0-9]+|reference"
+ACCURACY_ROW_PATTERN = r"controller-s([0-9]+)-(matched|t[0-9]+)"
 
 
 class NameFormatError(MoecacheError):
@@ -46,6 +50,23 @@ class RunName:
         found = _match(rf"({RUN_PATTERN})-x([0-9]+)", label, "run")
         return cls(found[1], int(found[2]))
 
+    @classmethod
+    def of(cls, path: str | Path) -> RunName:
+        """The run a results file, trace or sweep folder is named after
+        (results/runs/a/lru-x10.json: lru at 10x)."""
+        return cls.parse(Path(path).stem)
+
+    @property
+    def twin(self) -> RunName:
+        """The 1x twin a scaled run decodes beside (lru-x10 -> lru-twin-x1)."""
+        return RunName(f"{self.run}-twin")
+
+
+def at_multiplier(multiplier: int, suffix: str = ".json") -> str:
+    """The glob of every run's file at `multiplier` (`*-x1.json`); suffix "" for the
+    controller sweep's folders."""
+    return f"*-x{multiplier}{suffix}"
+
 
 @dataclass(frozen=True)
 class HeadsName:
@@ -65,6 +86,23 @@ class HeadsName:
         objective, rest = name.split("-s", 1)
         seed, _, price = rest.partition("-e")
         return cls(objective, int(seed), float(price) if price else None)
+
+
+@dataclass(frozen=True)
+class AccuracyRowName:
+    """One accuracy row of the controller: `seed`'s heads at `point` (matched: the
+    threshold matching the switch rate; else a sweep point, t50)."""
+
+    seed: int
+    point: str
+
+    def __str__(self) -> str:
+        return f"controller-s{self.seed}-{self.point}"
+
+    @classmethod
+    def parse(cls, name: str) -> AccuracyRowName:
+        found = _match(ACCURACY_ROW_PATTERN, name, "controller accuracy row")
+        return cls(int(found[1]), found[2])
 
 
 def point_name(threshold: float) -> str:

@@ -191,8 +191,9 @@ rule claims:
 
 rule numbers:
     """The measured numbers the README quotes, one marked section each (figures/numbers.md;
-    `make run` copies them into the README). It needs every other final output, so it runs
-    last and its runtime section sums every other job's benchmark."""
+    `make publish` copies them to docs/results/ and refreshes the blocks of README.md and
+    docs/*.md). It needs every other final output, so it runs last and its runtime section
+    sums every other job's benchmark."""
     input:
         profile="results/profile/model.json",
         model=built("results/model"),
@@ -201,7 +202,6 @@ rule numbers:
         gpu_check=GPU_CHECKS,
         runs=runs_at_1x(FIRST_SHARD),
         cost_model="figures/table1_cost_model.csv",
-        table1="figures/table1.md",
         replay=replay_outputs(),
         others=[path for path in final_outputs() if path != "figures/numbers.md"],
     output:
@@ -217,4 +217,5 @@ rule numbers:
         shards=SHARDS,
     shell:
         "moecache numbers --workdir . --shards {params.shards} --runs {input.runs}"
-        " --bandwidth {input.bandwidth} --out {output} > {log} 2>&1"
+        " --bandwidth {input.bandwidth} --gpu-check {input.gpu_check}"
+        " --out {output} > {log} 2>&1"

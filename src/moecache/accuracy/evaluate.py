@@ -20,7 +20,7 @@ import pandas as pd
 
 from moecache.errors import MoecacheError
 from moecache.harness import decode
-from moecache.runs import HeadsName, point_name
+from moecache.runs import AccuracyRowName, HeadsName, point_name
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def rows_of(accuracy: dict, harness: dict, num_experts: int, thresholds: dict, h
             params = {"weights": weights, "threshold": threshold}
             rows.append(
                 Row(
-                    f"controller-s{seed}-{label}",
+                    str(AccuracyRowName(seed, label)),
                     {"policy": "controller", "params": params},
                     capacity,
                 )

@@ -11,6 +11,7 @@ from typing import NamedTuple
 from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.harness import decode, link, trace
+from moecache.runs import RunName
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class RunSpec:
 
     @property
     def label(self) -> str:
-        return f"{self.name}-x{self.multiplier}"
+        return str(RunName(self.name, self.multiplier))
 
 
 class Decoded(NamedTuple):
@@ -58,8 +59,8 @@ def plan_shard(settings: dict, shard: str, first_shard: str) -> dict[str, RunSpe
     pairs = shard_runs(harness, shard, first_shard)
     if not pairs:
         raise MoecacheError(f"shard {shard}: no run of harness.runs decodes it")
-    labels = {f"{n}-x{k}" for n, k in pairs}
-    trace_arm = f"{harness['trace_run']}-x1"
+    labels = {str(RunName(n, k)) for n, k in pairs}
+    trace_arm = str(RunName(harness["trace_run"]))
     runs = {}
     for name, m in pairs:
         spec = harness["runs"][name]
@@ -105,11 +106,11 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
         twins = {}
         for name, group in scaled_groups(runs).items():
             scaled = decode_scaled(settings, model, sequences, off, group, demand)
-            twins[name] = scaled.pop(f"{name}-twin-x1")
+            twins[name] = scaled.pop(str(RunName(name).twin))
             results.update(scaled)
     for label, run in runs.items():
         if run.multiplier > 1:
-            same_counts(label, results[label], twins[run.name], results.get(f"{run.name}-x1"))
+            same_counts(label, results[label], twins[run.name], results.get(str(RunName(run.name))))
     base_nll = {}
     for label in runs:
         result = results[label]
@@ -143,7 +144,7 @@ def decode_scaled(settings, model, sequences, off, group: list[RunSpec], demand)
     them from the twin. Slow copies cost most here, hence the fewer sequences."""
     harness = settings["harness"]
     run = group[0]  # every run of the group decodes one spec
-    labels = [(f"{run.name}-twin-x1", 1)] + [(r.label, r.multiplier) for r in group]
+    labels = [(str(RunName(run.name).twin), 1)] + [(r.label, r.multiplier) for r in group]
     arms = [
         off.arm(label, run.make, run.capacity, m, run.reads, own_slots=True) for label, m in labels
     ]
@@ -220,7 +221,7 @@ def interleaved_with(runs: dict[str, RunSpec], label: str) -> list[str]:
     if m == 1:
         return sorted(k for k, run in runs.items() if run.multiplier == 1 and k != label)
     scaled = {k for k, run in runs.items() if run.name == name and run.multiplier > 1}
-    return sorted({f"{name}-twin-x1"} | scaled - {label})
+    return sorted({str(RunName(name).twin)} | scaled - {label})
 
 
 def twin_record(twin: dict) -> dict:

@@ -21,6 +21,7 @@ from moecache.report.evidence import (
     runs_1x,
     verdict,
 )
+from moecache.runs import RunName, at_multiplier
 
 # ------------------------------------------------------------------------ replay claims
 
@@ -147,8 +148,8 @@ def cost_model_winner(r: Results) -> Found:
     from moecache.report import tables
 
     _, runs = runs_1x(r)
-    scaled = r.glob(f"results/runs/{r.shards[0]}/*-x[0-9]*.json", "runs at multipliers")
-    scaled = [p for p in scaled if not p.endswith("-x1.json")]
+    scaled = r.glob(f"results/runs/{r.shards[0]}/*.json", "runs")
+    scaled = [p for p in scaled if RunName.of(p).multiplier > 1]
     bandwidth = r.glob("results/bandwidth/*.json", "bandwidth file")[:1]
     if not scaled:
         raise Missing("no run repeated at a copy multiplier")
@@ -214,7 +215,7 @@ def controller_frames(r: Results):
     restricting runs decoded beside it."""
     from moecache.report import controller as ctl
 
-    folders = r.glob("results/controller/sweep/*-x1", "controller sweep")
+    folders = r.glob(f"results/controller/sweep/{at_multiplier(1, '')}", "controller sweep")
     files = [f for folder in folders for f in r.glob(f"{folder}/*.json", "sweep results")]
     rows = ctl.sweep_rows([r.path(folder) for folder in folders])
     reference = rows[(rows["objective"] == "") & (rows["multiplier"] == 1)]

@@ -90,7 +90,9 @@ def cmd_numbers(args):
     if args.source:
         sections, source = numbers.read_sections(args.source), str(args.source)
     else:
-        sections = numbers.build(args.workdir, args.shards, args.runs, args.bandwidth)
+        sections = numbers.build(
+            args.workdir, args.shards, args.runs, args.bandwidth, args.gpu_check
+        )
         source = f"the results under {args.workdir}"
     if args.out:
         numbers.write(sections, args.out)
@@ -169,6 +171,13 @@ def register_numbers(sub) -> None:
     p.add_argument("--shards", nargs="+", help="held-out shards in the config's order")
     p.add_argument("--runs", nargs="+", type=Path, help="runs at 1x (default: the first shard's)")
     p.add_argument("--bandwidth", nargs="+", type=Path, help="bandwidth files (default: all)")
+    p.add_argument(
+        "--gpu-check",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="GPU check results, the devices report.devices names (default: none)",
+    )
     p.add_argument("--out", type=Path, help="write every section, marked, to this file")
     p.add_argument(
         "--readme", type=Path, nargs="+", help="replace the marked blocks of these files"

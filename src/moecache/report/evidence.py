@@ -10,6 +10,7 @@ from pathlib import Path
 
 from moecache.atomic import read_json
 from moecache.report import replayed
+from moecache.runs import at_multiplier
 
 PAPER_RATIO = 0.5  # C / N in the paper: 32 of 64 experts resident
 PAPER_MODEL = "OLMoE-1B-7B"  # NLL and accuracy sizes compare only on the paper's model
@@ -121,7 +122,8 @@ def runs_1x(r: Results) -> tuple[list[Run], list[str]]:
     """Every run at 1x on the first shard: what the claims read of it."""
     from moecache.policies import POLICIES
 
-    paths = r.glob(f"results/runs/{r.shards[0] if r.shards else '*'}/*-x1.json", "runs at 1x")
+    shard = r.shards[0] if r.shards else "*"
+    paths = r.glob(f"results/runs/{shard}/{at_multiplier(1)}", "runs at 1x")
     runs = []
     for path in paths:
         report = read_json(r.path(path))

@@ -93,10 +93,12 @@ def build(
     shards: Sequence[str] | None = None,
     runs: Sequence[Path] | None = None,
     bandwidth: Sequence[Path] | None = None,
+    gpu_check: Sequence[Path] = (),
 ) -> dict[str, str]:
     """Every section, from the results files under `workdir`. `shards`: the held-out shards
     in the config's order (default: every gates file's); `runs`, `bandwidth`: the files to
-    read (default: every run at 1x of the first shard, every bandwidth file)."""
+    read (default: every run at 1x of the first shard, every bandwidth file); `gpu_check`:
+    the GPU checks of the devices report.devices names (default: none)."""
     workdir = Path(workdir)
     shards = shards_of(workdir, shards)
     builders = {
@@ -105,7 +107,7 @@ def build(
         "gates": lambda: gates_section(workdir, shards),
         "bandwidth": lambda: bandwidth_section(workdir, bandwidth),
         "link": lambda: link_section(workdir),
-        "gpu_check": lambda: gpu_check_section(workdir),
+        "gpu_check": lambda: gpu_check_section(workdir, gpu_check),
         "runs": lambda: runs_section(workdir, shards[0], runs),
         "cost_model": lambda: cost_model_section(workdir),
         "replay": lambda: replay_section(workdir, shards),

@@ -20,6 +20,7 @@ from moecache.report.numbers.format import (
     small,
     table,
 )
+from moecache.runs import at_multiplier
 
 
 def model_section(workdir: Path) -> str:
@@ -217,23 +218,24 @@ def link_section(workdir: Path) -> str:
     )
 
 
-GPU_CHECK_FOLDERS = ("measured/gpu-check", "results/gpu-check")  # committed, this checkout's
-
-
-def gpu_check_section(workdir: Path) -> str:
-    """Per `make gpu-check` results file (committed ones and this checkout's): the gates in
-    each dtype, the pooled/own ratio with its interval, the device memory held against
-    torch's allocation, copy time per multiplier, the paper-sized layer."""
-    files = sorted(p for folder in GPU_CHECK_FOLDERS for p in (workdir / folder).glob("*.json"))
+def gpu_check_section(workdir: Path, files: Sequence[Path] = ()) -> str:
+    """Per `make gpu-check` results file given (the devices config key report.devices
+    names, as Table 1 reads them): the gates in each dtype, the pooled/own ratio with its
+    interval, the device memory held against torch's allocation, copy time per multiplier,
+    the paper-sized layer."""
     if not files:
-        return "No GPU check results (`make gpu-check` writes them on a CUDA machine)."
+        return (
+            "No GPU check results (config key report.devices names none; `make gpu-check` "
+            "writes measured/gpu-check/<host>.json on a CUDA machine)."
+        )
     parts = []
     for path in files:
         r = read(path, "a GPU check")
         versions = r.get("versions", {})
+        shown = path.relative_to(workdir) if path.is_relative_to(workdir) else path
         rows = [
             ("device", r["device_name"]),
-            ("file", f"`{path.relative_to(workdir)}`"),
+            ("file", f"`{shown}`"),
             ("torch, transformers", f"{versions.get('torch')}, {versions.get('transformers')}"),
             ("seconds for the whole check", fixed(r["seconds"], 0)),
         ]
@@ -288,7 +290,7 @@ def gpu_check_section(workdir: Path) -> str:
 
 def runs_section(workdir: Path, shard: str, files: Sequence[Path] | None = None) -> str:
     """Every run at 1x on the first shard: speed with its interval, copies, quality."""
-    files = files or list((workdir / f"results/runs/{shard}").glob("*-x1.json"))
+    files = files or list((workdir / f"results/runs/{shard}").glob(at_multiplier(1)))
     reports = sorted((read(path) for path in files), key=lambda r: r["run"])
     if not reports:
         raise MoecacheError(f"{workdir / 'results/runs' / shard}: no runs at 1x")

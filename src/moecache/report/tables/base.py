@@ -42,10 +42,12 @@ class Table:
 
 
 def not_produced(name: str, title: str, what: str, columns: list[str]) -> Table:
+    """A table whose inputs this run's config does not make (no accuracy section, one
+    shard, ...): no rows, and a caption that says why."""
     return Table(
         name,
         title,
-        f"Not produced yet: {what}. No numbers are printed until the pipeline makes them.",
+        f"Not produced by this run: {what}, so the table has no rows.",
         {"": pd.DataFrame(columns=columns)},
     )
 

@@ -7,6 +7,7 @@ import pandas as pd
 
 from moecache.atomic import read_json as read
 from moecache.report.tables.base import Table, not_produced
+from moecache.runs import AccuracyRowName
 
 TABLE2_COLUMNS = [
     "task",
@@ -46,10 +47,10 @@ def table2(accuracy=()) -> Table:
         for row in report["rows"]:
             name = row["row"]
             label = TABLE2_ROWS.get(name)
-            if label is None:  # controller-s{seed}-{matched|tNN}
-                seed, point = name.removeprefix("controller-s").split("-", 1)
-                label = f"Learned, seed {seed} ({point})"
-                seeds.setdefault(point, []).append(row)
+            if label is None:  # one controller seed's row
+                controller = AccuracyRowName.parse(name)
+                label = f"Learned, seed {controller.seed} ({controller.point})"
+                seeds.setdefault(controller.point, []).append(row)
             rows.append(
                 {
                     "task": task,
