@@ -109,7 +109,7 @@ def test_batched_lossless_runs_equal_batch_one_and_the_replay(
     assert have == want
     assert sum(c[2] for c in have.values()) > 0  # the pools were full: eviction mattered
     assert 0 < held[0] <= capacity
-    assert got["totals"]["batch"]["widest_union"] == union_demand.top_k
+    assert got["totals"]["batch"] == replay_batch.described(union_demand, capacity)
 
 
 def test_unions_wider_than_the_pool_are_served_in_rounds(model, sequences, batch_one, held):

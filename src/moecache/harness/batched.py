@@ -62,7 +62,7 @@ def decode_batched(
     return {
         "sequences": seq_rows,
         "batches": batch_rows,
-        "totals": {**totals, "batch": described(size, trace, arm)},
+        "totals": {**totals, "batch": described(size, trace, arm, batch_rows)},
         "trace": trace,
     }
 
@@ -84,7 +84,7 @@ def batches(model, sequences, device, arm: decode.Arm, size: int, futures):
     return seq_rows, batch_rows, trace
 
 
-def described(size: int, trace: list[dict], arm: decode.Arm) -> dict:
+def described(size: int, trace: list[dict], arm: decode.Arm, batch_rows: list[dict]) -> dict:
     """The `batch` fields, as the batched replay's report names them."""
     capacity = next(iter(arm.blocks.values())).pool.capacity
     widths = [len(step["requested"]) for step in trace]
@@ -94,6 +94,7 @@ def described(size: int, trace: list[dict], arm: decode.Arm) -> dict:
         "widest_union": max(widths, default=0),
         "steps": len(trace),
         "steps_in_rounds": sum(w > capacity for w in widths),
+        "sequence_tokens": sum(row["timed_tokens"] for row in batch_rows),
     }
 
 
