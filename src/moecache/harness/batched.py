@@ -132,9 +132,12 @@ def decode_batch(model, arm: decode.Arm, members: list, device, future=None):
             cache.batch_select_indices(torch.tensor(keep, device=device))
             running = alive
         x = torch.tensor([[members[i][t]] for i in running], device=device)
+        charged = sum(block.pool.charged for block in arm.blocks.values())
         watch.start()
         logits = model(input_ids=x, cache=cache, use_cache=True).logits
         seconds = watch.stop()  # waits for the device, so the copy timers can be read
+        # A charged link's time is in its laps and, here, in the step that copied.
+        seconds += sum(block.pool.charged for block in arm.blocks.values()) - charged
         score(state, logits, members, running, t)
         if t == 0:  # the first step fills the empty pools and is not timed
             state["first"] = {layer: counts(b.pool) for layer, b in arm.blocks.items()}
@@ -172,7 +175,7 @@ def batch_row(arm: decode.Arm, members: list, state: dict) -> dict:
         "nll_sum": sum(state["nll"]),
         "scored": sum(len(ids) - 1 for ids in members),
         "timed_tokens": sum(len(ids) - 1 for ids in members),
-        "step_seconds": sum(state["step_seconds"]) + sum(p.charged for p in pools.values()),
+        "step_seconds": sum(state["step_seconds"]),
         "copy_seconds": sum(lap.seconds() for p in pools.values() for lap in p.laps),
         "timed_copies": sum(p.fills + p.steady for p in pools.values()),
         "copy_groups": sum(p.groups for p in pools.values()),
