@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_families import ARCH  # the same tiny architecture as the families' gates
 
 from moecache import policies
 from moecache.errors import MoecacheError
@@ -17,15 +18,6 @@ from moecache.model import tiny
 from moecache.replay import batch as replay_batch
 from moecache.replay.engine import parse_rule
 
-ARCH = {
-    "hidden_size": 32,
-    "intermediate_size": 16,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_experts": 16,
-    "num_experts_per_tok": 4,
-    "max_position_embeddings": 64,
-}
 LAYERS, EXPERTS, TOP_K = [1, 2], 16, 4
 LENGTHS = [12, 9, 15, 7, 11]  # unequal: sequences leave their batch at different steps
 RULES = ["lru", "farthest-future", "decayed-frequency", "lirs"]
