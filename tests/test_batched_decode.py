@@ -76,7 +76,7 @@ def held(monkeypatch):
 
 
 @pytest.mark.parametrize("rule", RULES)
-@pytest.mark.parametrize(("size", "capacity"), [(2, 8), (4, 8), (2, 6)])
+@pytest.mark.parametrize(("size", "capacity"), [(1, 8), (2, 8), (4, 8), (2, 6)])
 def test_batched_lossless_runs_equal_batch_one_and_the_replay(
     model, sequences, batch_one, held, rule, size, capacity
 ):
