@@ -54,15 +54,17 @@ class Offload:
         limit=None,
         link=None,
         own_slots=False,
+        block=PooledMoeBlock,
     ) -> Arm:
         """`link`: this arm's own slower link (default: the offload's); `own_slots`: slot
-        storage of its own, to decode token by token beside other pooled arms."""
+        storage of its own, to decode token by token beside other pooled arms; `block`: the
+        pooled block's class (harness/union_block.py's for batched decoding)."""
         link = link or self.link
         hosts = {
             layer: host.own_slots() if own_slots else host for layer, host in self.hosts.items()
         }
         blocks = {
-            layer: PooledMoeBlock(
+            layer: block(
                 mlp,
                 ExpertPool(hosts[layer], capacity, multiplier, link),
                 placed(make_policy(), layer),

@@ -1,0 +1,225 @@
+"""Batched teacher-forced decoding with the KV cache: B sequences step through the model
+together, each layer's pooled block serving the union of their experts (union_block.py).
+
+Static batching, as the batched replay defines it (replay/batch.py, docs/batching.md): the
+sequences B at a time in order, aligned at their first token; a sequence that ends leaves
+the batch (its rows of the KV cache are dropped), and the batch ends with its longest;
+each batch starts with an empty pool. Only lossless eviction rules that read no router
+probabilities run: a union has no single router distribution, and restricting policies
+(one allowed set shared by the batch) are not built yet, so they are refused in one line.
+
+Results have the shape of decode.decode's per arm, with a batch as the unit a row of
+`totals` counts (copies belong to a batch, not to one of its sequences): per sequence its
+NLL and its share of each step's time (a step's seconds split over the sequences running
+in it); per batch its counts, copies per layer, and each step's seconds and running
+sequences. The first step of a batch fills the empty pool and is not timed, as a
+sequence's first token at batch one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from moecache.errors import MoecacheError
+from moecache.harness import decode
+from moecache.harness.timing import Stopwatch
+from moecache.policies import EvictionPolicy
+from moecache.replay import batch as replay_batch
+from moecache.replay.demand import PAD, Demand, padded
+
+
+def check_arm(arm: decode.Arm, size: int) -> None:
+    """One line for a policy the union block cannot run."""
+    for block in arm.blocks.values():
+        policy = block.policy
+        if not isinstance(policy, EvictionPolicy) or policy.needs_probs or policy.needs_hidden:
+            raise MoecacheError(
+                f"run {arm.name}: policy {policy.name} restricts routing or reads the router; "
+                f"batched decoding (B = {size}) runs lossless eviction rules that read neither"
+            )
+
+
+def decode_batched(
+    model, sequences, device, arm: decode.Arm, own: dict, size: int, futures=None, seed=0
+) -> dict:
+    """Every sequence under `arm` (built with union_block.UnionBlock), `size` at a time;
+    `own`: the model's own blocks, put back afterwards. `futures[layer][sequence]`:
+    batch-one demand, for rules that read ahead."""
+    if size < 1:
+        raise MoecacheError(f"--batch {size}: must be at least 1")
+    check_arm(arm, size)
+    if any(block.policy.needs_future for block in arm.blocks.values()) and futures is None:
+        raise MoecacheError(f"run {arm.name}: reads ahead, and no batch-one demand was given")
+    decode.use(model, arm, own)
+    try:
+        seq_rows, batch_rows, trace = batches(model, sequences, device, arm, size, futures)
+    finally:
+        decode.use(model, decode.Arm("own", {}), own)
+    for row in seq_rows:
+        row["nll"] = row["nll_sum"] / row["scored"]
+    totals = decode.totals(batch_rows, 1, seed)
+    return {
+        "sequences": seq_rows,
+        "batches": batch_rows,
+        "totals": {**totals, "batch": described(size, trace, arm, batch_rows)},
+        "trace": trace,
+    }
+
+
+def batches(model, sequences, device, arm: decode.Arm, size: int, futures):
+    """Rows per sequence, rows per batch, the union trace: the static batches in order."""
+    seq_rows, batch_rows, trace = [], [], []
+    experts = next(iter(arm.blocks.values())).num_experts
+    for b, start in enumerate(range(0, len(sequences), size)):
+        members = list(range(start, min(start + size, len(sequences))))
+        future = None if futures is None else union_futures(futures, members, size, experts)
+        row, rows, steps = decode_batch(model, arm, [sequences[i] for i in members], device, future)
+        batch_rows.append({"batch": b, "members": members, **row})
+        seq_rows += [
+            {"sequence": i, "batch": b, "slot": j, **r}
+            for j, (i, r) in enumerate(zip(members, rows, strict=True))
+        ]
+        trace += [{"batch": b, **step} for step in steps]
+    return seq_rows, batch_rows, trace
+
+
+def described(size: int, trace: list[dict], arm: decode.Arm, batch_rows: list[dict]) -> dict:
+    """The `batch` fields, as the batched replay's report names them."""
+    capacity = next(iter(arm.blocks.values())).pool.capacity
+    widths = [len(step["requested"]) for step in trace]
+    return {
+        "size": size,
+        "batching": "static",
+        "widest_union": max(widths, default=0),
+        "steps": len(trace),
+        "steps_in_rounds": sum(w > capacity for w in widths),
+        "sequence_tokens": sum(row["timed_tokens"] for row in batch_rows),
+    }
+
+
+def union_futures(futures: dict, members: list[int], size: int, experts: int) -> dict:
+    """Per layer the batch's union demand [T, W] from the members' batch-one demand, built
+    by the batched replay itself (replay.batch.union, then its future's padding)."""
+    out = {}
+    for layer, per_sequence in futures.items():
+        tokens = [np.asarray(per_sequence[i], dtype=np.int64) for i in members]
+        requests, lengths = padded(tokens, tokens[0].shape[1])
+        names = [str(i) for i in members]
+        demand = Demand(names, names, requests, lengths, experts)
+        rows = replay_batch.union(demand, [(s, s, 0) for s in range(len(members))], size)
+        out[layer] = replay_batch.future(rows)[0]
+    return out
+
+
+@torch.inference_mode()
+def decode_batch(model, arm: decode.Arm, members: list, device, future=None):
+    """One static batch: (its row, one row per member, its steps per layer)."""
+    from transformers import DynamicCache
+
+    for layer, block in arm.blocks.items():
+        block.reset(None if future is None else future[layer])
+        block.pool.clear_counts()
+    lengths = [len(ids) for ids in members]
+    state = {"nll": [0.0] * len(members), "share": [0.0] * len(members), "first": {}}
+    state.update(step_seconds=[], running=[])
+    cache, running = DynamicCache(config=model.config), list(range(len(members)))
+    watch = Stopwatch(device)
+    for t in range(max(lengths)):
+        alive = [i for i in running if t < lengths[i]]
+        if alive != running:  # the ended sequences leave the batch and its KV cache
+            keep = [running.index(i) for i in alive]
+            cache.batch_select_indices(torch.tensor(keep, device=device))
+            running = alive
+        x = torch.tensor([[members[i][t]] for i in running], device=device)
+        charged = sum(block.pool.charged for block in arm.blocks.values())
+        watch.start()
+        logits = model(input_ids=x, cache=cache, use_cache=True).logits
+        seconds = watch.stop()  # waits for the device, so the copy timers can be read
+        # A charged link's time is in its laps and, here, in the step that copied.
+        seconds += sum(block.pool.charged for block in arm.blocks.values()) - charged
+        score(state, logits, members, running, t)
+        if t == 0:  # the first step fills the empty pools and is not timed
+            state["first"] = {layer: counts(b.pool) for layer, b in arm.blocks.items()}
+            for block in arm.blocks.values():
+                block.pool.clear_counts()
+            continue
+        state["step_seconds"].append(seconds)
+        state["running"].append(len(running))
+        for i in running:
+            state["share"][i] += seconds / len(running)
+    return batch_row(arm, members, state), member_rows(members, state), steps_of(arm)
+
+
+def score(state: dict, logits, members, running, t: int) -> None:
+    """Add each running sequence's next-token NLL at step t."""
+    logp = torch.log_softmax(logits[:, -1].float(), -1)
+    for r, i in enumerate(running):
+        if t + 1 < len(members[i]):
+            state["nll"][i] -= logp[r, members[i][t + 1]].item()
+
+
+def counts(pool) -> dict:
+    return {"fills": pool.fills, "steady": pool.steady}
+
+
+def batch_row(arm: decode.Arm, members: list, state: dict) -> dict:
+    pools = {layer: block.pool for layer, block in arm.blocks.items()}
+    layers = {}
+    for layer, pool in pools.items():
+        first = state["first"][layer]
+        fills, steady = first["fills"] + pool.fills, first["steady"] + pool.steady
+        layers[layer] = {"insertions": fills + steady, "fills": fills, "steady": steady}
+    return {
+        "tokens": sum(map(len, members)),
+        "nll_sum": sum(state["nll"]),
+        "scored": sum(len(ids) - 1 for ids in members),
+        "timed_tokens": sum(len(ids) - 1 for ids in members),
+        "step_seconds": sum(state["step_seconds"]),
+        "copy_seconds": sum(lap.seconds() for p in pools.values() for lap in p.laps),
+        "timed_copies": sum(p.fills + p.steady for p in pools.values()),
+        "copy_groups": sum(p.groups for p in pools.values()),
+        "fills": sum(c["fills"] for c in layers.values()),
+        "steady": sum(c["steady"] for c in layers.values()),
+        "layers": layers,
+        "step_seconds_each": state["step_seconds"],
+        "running_each": state["running"],
+    }
+
+
+def member_rows(members: list, state: dict) -> list[dict]:
+    return [
+        {
+            "tokens": len(ids),
+            "nll_sum": state["nll"][i],
+            "scored": len(ids) - 1,
+            "timed_tokens": len(ids) - 1,
+            "step_seconds": state["share"][i],
+        }
+        for i, ids in enumerate(members)
+    ]
+
+
+def steps_of(arm: decode.Arm) -> list[dict]:
+    return [{"layer": layer, **s} for layer, block in arm.blocks.items() for s in block.steps()]
+
+
+def unions(trace: list[dict]) -> dict:
+    """The union demand a batched run recorded: (layer, batch) -> each step's union."""
+    out: dict = {}
+    for step in trace:
+        out.setdefault((step["layer"], step["batch"]), []).append(list(step["requested"]))
+    return out
+
+
+def replay_unions(demand: Demand, size: int) -> dict:
+    """The same from a batch-one demand, by the batched replay: (layer, batch) -> unions."""
+    union_demand = replay_batch.batched(demand, size, "static")
+    out = {}
+    for s, name in enumerate(union_demand.streams):
+        layer, tag = name.split("/")
+        rows = union_demand.requests[s, : union_demand.lengths[s]]
+        out[(int(layer.removeprefix("layer")), int(tag.removeprefix("batch")))] = [
+            [int(e) for e in row if e != PAD] for row in rows
+        ]
+    return out

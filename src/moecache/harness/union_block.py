@@ -1,0 +1,106 @@
+"""The pooled MoE block of batched decoding: one token of each running sequence per call.
+
+Its input rows are the batch's running sequences, in slot order. The layer requests the
+union of their routers' experts: sequence after sequence, each in its router's order,
+repeats dropped, exactly as the batched replay builds it (replay/batch.py). A union wider
+than the pool's C slots is served in the replay's rounds (resident experts first, then
+the rest, each in ascending id, C at a time); each round is one request the eviction rule
+plans, and the rows compute with that round's experts before the next round may evict
+them, so the pool never holds more than C. Routing is the model's own: only lossless
+eviction rules run here (harness/batched.py refuses the others).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from moecache.errors import MoecacheError
+from moecache.harness.pooled_block import PooledMoeBlock
+from moecache.model.kernel import per_expert_forward
+from moecache.policies import EvictionPolicy
+from moecache.replay import batch
+
+UNION_FIELDS = ("token", "requested", "copied", "rounds")
+
+
+class UnionBlock(PooledMoeBlock):
+    def reset(self, future=None) -> None:
+        """A new batch: empty pool, fresh rule; `future` [T, W]: the batch's union demand
+        (replay.batch.future's rows), for rules that read ahead."""
+        super().reset(future)
+        self.future = future
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        rows, length, hidden = hidden_states.shape
+        if length != 1:
+            raise MoecacheError(f"batched decoding feeds one token per sequence, not {length}")
+        x = hidden_states.reshape(-1, hidden)
+        _, top_weights, top_index = self.adapter.route(self.own, x)
+        requests = top_index.tolist()  # the block's one host sync
+        union = list(dict.fromkeys(e for request in requests for e in request))
+        self.check_future(union)
+        out = torch.zeros_like(x)
+        parts = batch.rounds(np.array(union), self.resident_mask(), self.pool.capacity)
+        copied = 0
+        for part in parts:
+            copied += self.serve(part.tolist())
+            out += self.compute(x, requests, top_weights, set(part.tolist()))
+        self.trace.append((self.t, union, copied, len(parts)))
+        self.t += 1
+        shared = self.adapter.shared(self.own, x)
+        if shared is not None:
+            out = out + shared
+        return self.adapter.output(out.reshape(rows, length, hidden), top_weights)
+
+    def resident_mask(self) -> np.ndarray:
+        mask = np.zeros(self.num_experts, dtype=bool)
+        mask[list(self.pool.resident)] = True
+        return mask
+
+    def serve(self, part: list[int]) -> int:
+        """Make one round resident, as the rule plans it; its copies. The rule's own plan
+        serves one request (farthest-future's check that a request is a whole recorded token
+        is check_future's, on the union, since a round is a part of one)."""
+        plan = EvictionPolicy.plan(self.policy, self.t, part, None, self.pool.resident)
+        if plan.admit or plan.evict:
+            self.pool.apply(plan)
+        return len(plan.admit)
+
+    def check_future(self, union: list[int]) -> None:
+        if self.future is None:
+            return
+        t = self.t
+        if t >= len(self.future) or set(self.future[t].tolist()) != set(union):
+            raise MoecacheError(
+                f"policy {self.policy.name}: the recorded union demand does not match this "
+                f"batch at step {t}"
+            )
+
+    def compute(self, x, requests, top_weights, part: set[int]) -> torch.Tensor:
+        """The routed output of the rows over the experts of `part` (resident now): a row's
+        experts outside it weigh 0 here, on a resident slot, and count in their own round."""
+        slot_of = self.pool.slot_of
+        some = slot_of[next(iter(part))]
+        inside = [[e in part for e in request] for request in requests]
+        slots = [
+            [slot_of[e] if keep else some for e, keep in zip(request, row, strict=True)]
+            for request, row in zip(requests, inside, strict=True)
+        ]
+        if all(map(all, inside)):
+            return self.kernel(x, slots, top_weights)
+        active = [i for i, row in enumerate(inside) if any(row)]
+        mask = torch.tensor([inside[i] for i in active], device=x.device)
+        out = torch.zeros_like(x)
+        weights = top_weights[active] * mask.to(top_weights.dtype)
+        out[active] = self.kernel(x[active], [slots[i] for i in active], weights)
+        return out
+
+    def kernel(self, x, slots: list[list[int]], weights) -> torch.Tensor:
+        if self.send.host_ids:  # the per-expert kernel reads the slot ids on the host
+            return per_expert_forward(self.pool.kernel, x, slots, weights)
+        return self.pool.kernel(x, torch.tensor(slots, device=x.device), weights)
+
+    def steps(self) -> list[dict]:
+        """Per step: the union requested, the experts copied in, the rounds it took."""
+        return [dict(zip(UNION_FIELDS, step, strict=True)) for step in self.trace]
