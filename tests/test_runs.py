@@ -9,6 +9,7 @@ from moecache.runs import (
     HeadsName,
     NameFormatError,
     RunName,
+    SweepRunName,
     at_multiplier,
     point_name,
     threshold_of,
@@ -92,3 +93,23 @@ def test_controller_accuracy_row_round_trips(name, row):
 def test_another_accuracy_row_is_not_the_controllers(name):
     with pytest.raises(NameFormatError, match="not a controller accuracy row name"):
         AccuracyRowName.parse(name)
+
+
+@pytest.mark.parametrize(
+    "name, objective, price, point",
+    [
+        ("differentiable-s0-t50", "differentiable", None, "t50"),
+        ("differentiable-s0-e0.005-t40", "differentiable", 0.005, "t40"),
+        ("reinforce-s2-t90", "reinforce", None, "t90"),
+    ],
+)
+def test_a_controller_sweep_run_names_its_heads_and_threshold(name, objective, price, point):
+    run = SweepRunName.parse(name)
+    assert (run.heads.objective, run.heads.price, run.point) == (objective, price, point)
+    assert run.threshold == int(point[1:]) / 100
+    assert str(run) == name
+
+
+@pytest.mark.parametrize("name", ["dwell-16", "static", "lru"])
+def test_a_simple_run_of_the_sweep_is_not_a_controller_run(name):
+    assert SweepRunName.parse(name) is None

@@ -1,9 +1,12 @@
 """The scientific verdicts the tables state are decided in their stage's package, on the
 results' numbers: Table 3's gap verdict (router_tuning.verdicts) and the learned scorers'
-(learned.verdicts). Each flips when its input crosses the threshold."""
+(learned.verdicts), the controller's comparisons (controller.verdicts). Each flips when its
+input crosses the threshold."""
 
+import pandas as pd
 import pytest
 
+from moecache.controller import verdicts as controller_verdicts
 from moecache.learned.verdicts import learned_verdict
 from moecache.report.tables.table3 import verdict_line
 from moecache.router_tuning.verdicts import gap_verdicts
@@ -79,3 +82,49 @@ def test_a_scorer_below_decayed_frequency_on_one_shard_fails_the_verdict():
         evaluation({"decayed-frequency": (0.3, 0.3), "router/mlp": (0.4, 0.2)})
     )
     assert verdict.best == "router/mlp" and not verdict.beats_decayed and not verdict.half_of_gap
+
+
+def simple_runs() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "run": ["dwell-16", "static"],
+            "delta_nll": [0.15, 0.20],
+            "copies_per_token": [1.2, 0.7],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "delta_nll, copies, traffic, quality",
+    [(0.16, 1.1, "dwell-16", "dwell-16"), (0.19, 1.1, "dwell-16", "static")],
+)
+def test_the_controller_is_matched_to_the_nearest_simple_run(delta_nll, copies, traffic, quality):
+    seeds = pd.DataFrame(
+        {
+            "objective": ["differentiable"],
+            "threshold": [0.5],
+            "seeds": [3],
+            "delta_nll": [delta_nll],
+            "copies_per_token": [copies],
+            "tokens_between_refreshes": [4.0],
+        }
+    )
+    (m,) = controller_verdicts.matched(seeds, simple_runs())
+    assert (m.traffic_run, m.quality_run) == (traffic, quality)
+    expected = 1.2 if quality == "dwell-16" else 0.7
+    assert m.copies_ratio == pytest.approx(copies / expected)
+    assert controller_verdicts.matched(seeds, simple_runs().iloc[:0]) == []
+
+
+@pytest.mark.parametrize("whole, toward", [(0.05, True), (0.15, False)])
+def test_longer_sequences_move_the_gap_toward_the_controller_or_away(whole, toward):
+    summary = {
+        "piece_tokens": 64,
+        "tokens": 256,
+        "pieces": {"controller-t50": {"delta_nll": 0.2}, "dwell-16": {"delta_nll": 0.1}},
+        "whole": {"controller-t50": {"delta_nll": 0.1 + whole}, "dwell-16": {"delta_nll": 0.1}},
+    }
+    (g,) = controller_verdicts.longer(summary)
+    assert (g.controller, g.other) == ("controller-t50", "dwell-16")
+    assert g.in_pieces == pytest.approx(0.1) and g.whole == pytest.approx(whole)
+    assert g.toward_controller is toward

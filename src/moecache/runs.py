@@ -89,6 +89,28 @@ class HeadsName:
 
 
 @dataclass(frozen=True)
+class SweepRunName:
+    """One run of the controller sweep: `heads` at sweep point `point`
+    (`differentiable-s0-e0.005-t40`); the sweep's simple runs (`dwell-16`) are not."""
+
+    heads: HeadsName
+    point: str
+
+    def __str__(self) -> str:
+        return f"{self.heads}-{self.point}"
+
+    @property
+    def threshold(self) -> float:
+        return int(self.point[1:]) / 100
+
+    @classmethod
+    def parse(cls, name: str) -> SweepRunName | None:
+        """The heads and point of a controller run; None for a simple policy's run."""
+        found = re.fullmatch(rf"({HEADS_PATTERN})-(t[0-9]+)", name)
+        return None if found is None else cls(HeadsName.parse(found[1]), found[2])
+
+
+@dataclass(frozen=True)
 class AccuracyRowName:
     """One accuracy row of the controller: `seed`'s heads at `point` (matched: the
     threshold matching the switch rate; else a sweep point, t50)."""

@@ -19,7 +19,7 @@ from moecache import provenance
 from moecache.accuracy import evaluate, tasks
 from moecache.atomic import atomic_file, read_json
 from moecache.intervals import bootstrap_ratio
-from moecache.report.controller import HEADS_RUN
+from moecache.runs import SweepRunName
 
 
 def task_name(name: str) -> str:
@@ -74,12 +74,13 @@ def sweep_rates(folders, objective: str) -> list[dict]:
     for folder in folders:
         for path in sorted(Path(folder).glob("*.json")):
             report = read_json(path, "a controller sweep result")
-            found = HEADS_RUN.match(report["run"])
-            unpriced = found and found["objective"] == objective and not found["price"]
+            found = SweepRunName.parse(report["run"])
+            heads = found.heads if found else None
+            unpriced = heads and heads.objective == objective and heads.price is None
             if unpriced and report["multiplier"] == 1:
                 out.append(
                     {
-                        "seed": int(found["seed"]),
+                        "seed": heads.seed,
                         "threshold": report["params"]["threshold"],
                         "refreshes_per_token": report["controller"]["refreshes_per_token"],
                     }

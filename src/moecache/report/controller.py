@@ -4,14 +4,14 @@ comparisons at matched traffic and matched quality, and the longer-sequence test
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from moecache.atomic import read_json as read
+from moecache.controller import verdicts
+from moecache.runs import SweepRunName
 
-HEADS_RUN = re.compile(r"^(?P<objective>[a-z]+)-s(?P<seed>\d+)(-e(?P<price>[0-9.]+))?-t(?P<t>\d+)$")
 COLUMNS = [
     "run",
     "objective",
@@ -35,14 +35,14 @@ def sweep_rows(sweep) -> pd.DataFrame:
         for path in sorted(Path(folder).glob("*.json")):
             report = read(path)
             totals, block = report["totals"], report.get("controller", {})
-            found = HEADS_RUN.match(report["run"])
+            found = SweepRunName.parse(report["run"])
             rows.append(
                 {
                     "run": report["run"],
-                    "objective": found["objective"] if found else "",
-                    "seed": int(found["seed"]) if found else None,
-                    "price": float(found["price"]) if found and found["price"] else None,
-                    "threshold": int(found["t"]) / 100 if found else None,
+                    "objective": found.heads.objective if found else "",
+                    "seed": found.heads.seed if found else None,
+                    "price": found.heads.price if found else None,
+                    "threshold": found.threshold if found else None,
                     "multiplier": report["multiplier"],
                     "delta_nll": totals["delta_nll"],
                     "tokens_per_second": totals["tokens_per_second"],
@@ -68,28 +68,18 @@ def seeds_frame(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def matched(seeds: pd.DataFrame, reference: pd.DataFrame) -> list[str]:
-    """Each objective's seed mean at each threshold against the simple policy nearest in
-    traffic (how their losses compare) and nearest in quality (how their copies compare)."""
-    lines = []
-    if reference.empty:
-        return lines
-    for _, row in seeds.iterrows():
-        traffic = reference.iloc[
-            (reference["copies_per_token"] - row["copies_per_token"]).abs().argmin()
-        ]
-        quality = reference.iloc[(reference["delta_nll"] - row["delta_nll"]).abs().argmin()]
-        between = row["tokens_between_refreshes"]
-        ratio = row["copies_per_token"] / max(quality["copies_per_token"], 1e-9)
-        lines.append(
-            f"- {row['objective']}, threshold {row['threshold']:g} (mean of {row['seeds']} "
-            f"seeds): Delta NLL {row['delta_nll']:+.3f} at {row['copies_per_token']:.2f} "
-            f"copies/token, {every(between)}. Matched traffic: "
-            f"{traffic['run']} {traffic['delta_nll']:+.3f} at "
-            f"{traffic['copies_per_token']:.2f}. Matched quality: {quality['run']} "
-            f"({quality['delta_nll']:+.3f}) copies {quality['copies_per_token']:.2f}, the "
-            f"controller {ratio:.2f}x as many."
-        )
-    return lines
+    """The controller against the simple policies at matched traffic and quality
+    (decided in moecache.controller.verdicts), one sentence each."""
+    return [
+        f"- {m.objective}, threshold {m.threshold:g} (mean of {m.seeds} "
+        f"seeds): Delta NLL {m.delta_nll:+.3f} at {m.copies_per_token:.2f} "
+        f"copies/token, {every(m.tokens_between_refreshes)}. Matched traffic: "
+        f"{m.traffic_run} {m.traffic_delta_nll:+.3f} at "
+        f"{m.traffic_copies_per_token:.2f}. Matched quality: {m.quality_run} "
+        f"({m.quality_delta_nll:+.3f}) copies {m.quality_copies_per_token:.2f}, the "
+        f"controller {m.copies_ratio:.2f}x as many."
+        for m in verdicts.matched(seeds, reference)
+    ]
 
 
 def every(between: float) -> str:
@@ -101,36 +91,27 @@ def every(between: float) -> str:
 
 
 def longer_frame(longer) -> tuple[pd.DataFrame, list[str]]:
-    rows, lines = [], []
+    """The first longer-sequence summary's rows, and the controller against each simple
+    run in pieces and whole (decided in moecache.controller.verdicts), one sentence each."""
     for folder in longer:
         summary = read(Path(folder) / "summary.json")
-        for label in ("pieces", "whole"):
-            tokens = summary["piece_tokens"] if label == "pieces" else summary["tokens"]
-            for name, row in summary[label].items():
-                rows.append({"run": name, "decoded_as": label, "sequence_tokens": tokens, **row})
-        frame = pd.DataFrame(rows)
-        for name in summary["whole"]:
-            if not name.startswith("controller"):
-                continue
-            for other in summary["whole"]:
-                if other.startswith("controller"):
-                    continue
-                gap = {
-                    label: summary[label][name]["delta_nll"] - summary[label][other]["delta_nll"]
-                    for label in ("pieces", "whole")
-                }
-                moved = gap["whole"] - gap["pieces"]
-                side = "toward" if moved < 0 else "away from"
-                lines.append(
-                    f"- {name} minus {other}, Delta NLL: {gap['pieces']:+.3f} in pieces of "
-                    f"{summary['piece_tokens']} tokens, {gap['whole']:+.3f} on whole sequences "
-                    f"of {summary['tokens']}: whole sequences move it {moved:+.3f} nats, "
-                    f"{side} the controller (the conjecture expects toward)."
-                )
-        return frame, lines
+        rows = [
+            {"run": name, "decoded_as": label, "sequence_tokens": tokens, **row}
+            for label, tokens in (("pieces", summary["piece_tokens"]), ("whole", summary["tokens"]))
+            for name, row in summary[label].items()
+        ]
+        lines = [
+            f"- {g.controller} minus {g.other}, Delta NLL: {g.in_pieces:+.3f} in pieces of "
+            f"{g.piece_tokens} tokens, {g.whole:+.3f} on whole sequences "
+            f"of {g.tokens}: whole sequences move it {g.moved:+.3f} nats, "
+            f"{'toward' if g.toward_controller else 'away from'} the controller (the "
+            "conjecture expects toward)."
+            for g in verdicts.longer(summary)
+        ]
+        return pd.DataFrame(rows), lines
     return pd.DataFrame(
         columns=["run", "decoded_as", "sequence_tokens", "delta_nll", "copies_per_token"]
-    ), lines
+    ), []
 
 
 def training_lines(controller) -> list[str]:
