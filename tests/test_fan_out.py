@@ -176,3 +176,15 @@ def test_fanned_out_runs_count_what_the_shards_job_counts(
         r["twin_1x"]["totals"]["timed_copies"] for r in (shard["lru-x10"][0], results["lru-x10"])
     ]
     assert twins[0] == twins[1] > 0
+
+
+def test_the_decode_command_names_one_run_with_run_and_multiplier():
+    from argparse import Namespace
+
+    from moecache.harness.commands import one_run
+
+    assert one_run(Namespace(run=None, multiplier=None)) is None
+    assert one_run(Namespace(run="lru", multiplier=None)) == RunName("lru")
+    assert one_run(Namespace(run="lru", multiplier=10)) == RunName("lru", 10)
+    with pytest.raises(MoecacheError, match="^--multiplier: give --run too$"):
+        one_run(Namespace(run=None, multiplier=10))
