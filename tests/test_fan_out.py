@@ -16,6 +16,8 @@ from moecache import config as configs
 from moecache.errors import MoecacheError
 from moecache.harness import gates, jobs, runs
 from moecache.model import tiny
+from moecache.report.numbers import measured
+from moecache.report.numbers.format import sig
 from moecache.runs import RunName
 
 # A few runs of every kind: the reference, a lossless rule, one that reads the trace run's
@@ -176,6 +178,11 @@ def test_fanned_out_runs_count_what_the_shards_job_counts(
         r["twin_1x"]["totals"]["timed_copies"] for r in (shard["lru-x10"][0], results["lru-x10"])
     ]
     assert twins[0] == twins[1] > 0
+    # The numbers compare LRU with the all-resident run its own job decoded beside it.
+    files = [tmp_path / "run" / f"{label}.json" for label in ("lru-x1", "all-x1")]
+    text = measured.runs_section(tmp_path, "a", files)
+    lru, resident = (r["totals"]["tokens_per_second"] for r in (results["lru-x1"], reference))
+    assert f"LRU decodes {sig(100 * (1 - lru / resident))}% fewer tokens/s" in text
 
 
 def test_the_decode_command_names_one_run_with_run_and_multiplier():
