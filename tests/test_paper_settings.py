@@ -59,9 +59,13 @@ def test_every_config_lists_its_whole_dag(tmp_path):
         config = load_yaml(path)
         pretrained = config["model"]["source"] != "embedded"
         assert ("train" in jobs) != pretrained and ("tokenizer" in jobs) != pretrained, where
-        # One interleaved decode job a shard, one results file a run, shard and multiplier.
-        assert jobs["run_results"] == expected_decodes(config), where
-        assert jobs["decode"] == len(config["corpus"]["heldout"]["shards"]), where
+        # One results file a run, shard and multiplier: from one interleaved decode job a
+        # shard, or from a decode job of its own (harness.fan_out run).
+        if config["harness"].get("fan_out") == "run":
+            assert "run_results" not in jobs and jobs["decode"] == expected_decodes(config)
+        else:
+            assert jobs["run_results"] == expected_decodes(config), where
+            assert jobs["decode"] == len(config["corpus"]["heldout"]["shards"]), where
         rules = ("corpus", "heldout", "gates", "replay", "bound", "table1", "fig1", "fig2")
         for rule in (*rules, "claims"):
             assert rule in jobs, f"{where}: no {rule} job"
@@ -78,7 +82,8 @@ def test_paper_dag_has_every_run_shard_and_multiplier(tmp_path):
     jobs = planned_jobs(result.stdout)
     # 12 runs as in the paper's Table 1 (8 at three multipliers), and the controller at two
     # thresholds, at three multipliers.
-    assert jobs["run_results"] == 34 and jobs["decode"] == 2
+    # One decode job a run, shard and multiplier (harness.fan_out run).
+    assert jobs["decode"] == 34 and "run_results" not in jobs
     assert jobs["heldout"] == 2 and jobs["gates"] == 2
     # The controller: 2 objectives x 3 seeds + 4 prices; 6 thresholds x 3 multipliers + the
     # compared runs at each; the longer sequences once.

@@ -7,11 +7,12 @@ from conftest import REPO
 
 
 def gpu_rules() -> set[str]:
-    """Rules whose `resources:` declare gpu=1, read from the rule files."""
+    """Rules whose `resources:` declare gpu=1, read from the rule files (a rule defined
+    under an `if`, as harness.fan_out's two decode rules are, is indented)."""
     found = set()
     for path in (REPO / "workflow" / "rules").glob("*.smk"):
-        for block in re.split(r"\n(?=rule )", path.read_text()):
-            name = re.match(r"rule (\w+):", block)
+        for block in re.split(r"\n(?= *rule )", path.read_text()):
+            name = re.match(r" *rule (\w+):", block)
             if name and re.search(r"resources:\s*\n\s*gpu=1", block):
                 found.add(name.group(1))
     return found

@@ -5,13 +5,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
-from conftest import REPO, load_yaml, snakemake
+from conftest import BIN, REPO, env, load_yaml, snakemake
 
 sys.path.insert(0, str(REPO / "tests" / "rehearsal"))
 import build as rehearsal  # noqa: E402
+
+from moecache.harness.gates import POOL_TOLERANCE  # noqa: E402
 
 REHEARSAL = REPO / "config" / "rehearsal-qwen3.yaml"
 MOE_LAYERS = [1, 2, 3]  # of the tiny model's 4: layer 0 is dense
@@ -96,3 +99,32 @@ def test_every_table_and_figure_is_built(qwen3_run):
         "claims.md",
     ):
         assert (qwen3_run / "figures" / name).stat().st_size > 0, name
+
+
+@pytest.mark.parametrize("label", ["farthest-future-x1", "lru-x10", "dwell-4-x1"])
+def test_a_fanned_out_decode_job_counts_what_the_shards_job_counted(qwen3_run, tmp_path, label):
+    """The rehearsal decodes shard a in one job (harness.fan_out shard); `moecache decode
+    --run` (fan_out run, as the rule calls it) decodes one run beside its reference and
+    makes the same copies, with the same NLL."""
+    shard = json.loads((qwen3_run / f"results/runs/a/{label}.json").read_text())
+    settings = shard["settings"]
+    settings["harness"]["fan_out"] = "run"
+    name, multiplier = label.rsplit("-x", 1)
+    command = [str(BIN / "moecache"), "decode", "--settings", json.dumps(settings)]
+    command += ["--model", settings["model"]["source"], "--shard", "a", "--first-shard", "a"]
+    command += ["--sequences", "results/heldout/a.parquet", "--gates", "results/gates/a.json"]
+    command += ["--run", name, "--multiplier", multiplier]
+    command += ["--out-dir", str(tmp_path / "runs"), "--trace-dir", str(tmp_path / "traces")]
+    done = subprocess.run(command, cwd=qwen3_run, capture_output=True, text=True, env=env())
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [f"{label}.json"]
+    assert (tmp_path / "traces" / f"{label}.parquet").is_file()
+    run = json.loads((tmp_path / "runs" / f"{label}.json").read_text())
+    counts = ("timed_copies", "fills", "steady", "copy_groups", "timed_tokens")
+    assert [[r[k] for k in counts] for r in run["sequences"]] == [
+        [r[k] for k in counts] for r in shard["sequences"]
+    ]
+    assert run["totals"]["nll"] == pytest.approx(shard["totals"]["nll"], abs=POOL_TOLERANCE)
+    # A 1x run's reference is the all-resident run; a scaled run's is its 1x twin.
+    expected = "all-x1" if multiplier == "1" else None
+    assert (run["reference"] or {}).get("run") == expected

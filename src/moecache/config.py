@@ -21,6 +21,21 @@ class ConfigError(MoecacheError):
     """A configuration that cannot describe a valid study."""
 
 
+# How the decode stage splits into jobs (harness.fan_out): one per shard, every run
+# interleaved in it (the default), or one per run x multiplier x shard.
+FAN_OUTS = ("shard", "run")
+
+
+def fan_out(config: dict) -> str:
+    """harness.fan_out, `shard` when left out; anything else refuses with one line."""
+    mode = config["harness"].get("fan_out", FAN_OUTS[0])
+    if mode not in FAN_OUTS:
+        raise ConfigError(
+            f"config key harness.fan_out: {mode!r} is not one of {', '.join(FAN_OUTS)}"
+        )
+    return mode
+
+
 def schema() -> dict:
     text = resources.files("moecache").joinpath("config.schema.yaml").read_text()
     return yaml.safe_load(text)
@@ -89,6 +104,7 @@ def check(config: dict) -> None:
             f"{arch['hidden_size']}"
         )
     check_family(config)
+    fan_out(config)
     check_runs(config)
     check_replay(config)
     check_learned(config)

@@ -9,7 +9,7 @@ WORK=$(mktemp -d /tmp/moecache-slurm.XXXXXX)
 STATE="$WORK/state"
 TARGETS=(results/runs/a/lru-x1.json results/runs/a/farthest-future-x1.json
          results/runs/a/dwell-4-x1.json)
-REHEARSAL_TARGETS=(results/runs/a/lru-x1.json)
+REHEARSAL_TARGETS=(results/runs/a/lru-x1.json results/runs/a/lru-x10.json)
 
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
     echo "slurm test: installing Debian's slurm-wlm and munge"

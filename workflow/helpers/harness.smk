@@ -1,6 +1,10 @@
 # The harness's results files: one per run x shard at 1x and per multiplier on the first
 # shard, named by moecache.runs; the tables read them.
+import os
+
 from moecache.runs import LABEL_PATTERN
+
+FAN_OUT = configs.fan_out(config)
 
 
 def decoded_runs():
@@ -57,3 +61,9 @@ def controller_heads_of_runs(shard):
             if run["policy"] == "controller" and shard in run.get("shards", SHARDS)
         }
     )
+
+
+def controller_heads_of_run(label):
+    """The heads file a controller run names (fan_out `run`: one job a run)."""
+    run = RUNS[RunName.parse(label).run]
+    return [run["params"]["weights"]] if run["policy"] == "controller" else []

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 
 from moecache.command import add, load_settings, on_model, with_settings
+from moecache.errors import MoecacheError
+from moecache.runs import RunName
 
 
 def cmd_profile_model(args):
@@ -42,6 +44,8 @@ def cmd_decode(args):
         args.first_shard or args.shard,
         args.gates,
         args.out_dir,
+        run=one_run(args),
+        trace_dir=args.trace_dir,
     )
     for label, t in runs.items():
         low, high = t["tokens_per_second_ci"]
@@ -50,6 +54,15 @@ def cmd_decode(args):
             f"{t['tokens_per_second']:.1f} tok/s (95% {low:.1f}-{high:.1f}), "
             f"{t['copies_per_token']:.2f} copies/token, {100 * t['copy_share']:.1f}% of a step"
         )
+
+
+def one_run(args):
+    """--run and --multiplier: the one run a fanned-out job decodes (None: every run)."""
+    if args.run is None:
+        if args.multiplier is not None:
+            raise MoecacheError("--multiplier: give --run too")
+        return None
+    return RunName(args.run, args.multiplier or 1)
 
 
 def cmd_probe_layers(args):
@@ -110,13 +123,24 @@ def register(sub) -> None:
     on_model(p, "--sequences", "--out")
 
     p = with_settings(
-        add(sub, "decode", cmd_decode, "decode one shard under every run, interleaved")
+        add(
+            sub,
+            "decode",
+            cmd_decode,
+            "decode one shard under every run interleaved, or one run beside its reference",
+        )
     )
     on_model(p, "--sequences")
     p.add_argument("--shard", required=True, help="the shard's name (corpus.heldout.shards)")
     p.add_argument("--first-shard", help="the first shard, where runs decode at every multiplier")
     p.add_argument("--gates", required=True, type=Path, help="the shard's gates file")
-    p.add_argument("--out-dir", required=True, type=Path, help="a results file and trace a run")
+    p.add_argument("--out-dir", required=True, type=Path, help="a results file a run")
+    p.add_argument("--trace-dir", type=Path, help="a trace a run (default: --out-dir)")
+    p.add_argument(
+        "--run",
+        help="decode only this run of harness.runs, beside its reference (harness.fan_out run)",
+    )
+    p.add_argument("--multiplier", type=int, help="--run's copy multiplier (default 1)")
 
     p = with_settings(
         add(

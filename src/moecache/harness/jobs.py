@@ -16,6 +16,7 @@ from moecache import provenance
 from moecache.data import corpus
 from moecache.harness import bandwidth, decode, gates, link, link_check, profile, runs
 from moecache.model import checkpoint, plan, registry
+from moecache.runs import RunName
 
 
 def load(settings: dict, model_source: str, sequences_path):
@@ -82,14 +83,20 @@ def run_decode(
     gates_path,
     out_dir,
     *,
+    run: RunName | None = None,
+    trace_dir=None,
     first=None,
     loaded=None,
 ) -> dict:
-    """Every run of `shard` (at its multipliers), interleaved in one process; one results
-    file and one trace per run and multiplier in `out_dir` (runs.py: plan, decode, write).
-    `first`: decode only the first this many sequences; `loaded`: (model, sequences)
-    already in memory."""
-    planned = runs.plan_shard(settings, shard, first_shard)  # a bad run refuses before loading
+    """Every run of `shard` (at its multipliers) interleaved in one process, or with `run`
+    that run at its multiplier beside its reference (harness.fan_out, runs.py); one
+    results file in `out_dir` and one trace in `trace_dir` (default `out_dir`) per run
+    and multiplier written. `first`: decode only the first this many sequences;
+    `loaded`: (model, sequences) already in memory."""
+    if run is None:  # a bad run refuses before loading
+        planned = runs.plan_shard(settings, shard, first_shard)
+    else:
+        planned = runs.plan_run(settings, shard, first_shard, run.run, run.multiplier)
     model, sequences = loaded or load(settings, model_source, sequences_path)
     sequences = sequences[:first]
     if loaded is None:  # what the run holds, from the model's config, before it decodes
@@ -97,8 +104,10 @@ def run_decode(
         print("\n".join(plan.lines(plan.plan(settings, source=model_source, tokens=longest))))
     json.loads(Path(gates_path).read_text())  # the shard's gates passed (the rule's input)
     decoded = runs.decode_runs(settings, model, sequences, planned)
-    runs.write(settings, planned, decoded, shard, gates_path, out_dir)
-    return {label: decoded.results[label]["totals"] for label in planned}
+    only = None if run is None else str(run)
+    runs.write(settings, planned, decoded, shard, gates_path, out_dir, trace_dir, only)
+    written = [only] if only else list(planned)
+    return {label: decoded.results[label]["totals"] for label in written}
 
 
 def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:

@@ -1,5 +1,10 @@
-"""The decode job in three steps: plan a shard's runs, decode them interleaved, write one
-results file and one trace per run and multiplier (jobs.run_decode calls them in turn)."""
+"""The decode job in three steps: plan, decode interleaved, write one results file and one
+trace per run and multiplier (jobs.run_decode calls them in turn).
+
+harness.fan_out picks the plan: `shard` (plan_shard) decodes every run of a shard in one
+job; `run` (plan_run) decodes one run at one multiplier, beside the reference it is
+compared with on the same device: the all-resident run for a 1x run, its 1x twin for a
+scaled run (decode_scaled adds that), and the trace run when it reads that run's demand."""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from moecache.errors import MoecacheError
 from moecache.harness import decode, link, trace
 from moecache.runs import RunName
 
+RESIDENT = "all"  # the all-resident policy: a 1x run's reference under fan_out `run`
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -24,6 +31,7 @@ class RunSpec:
     multiplier: int  # the slower link's factor (1: the machine's own)
     reads: str | None  # the label whose demand it reads (farthest-future), else None
     make: Callable[[], object]  # a fresh policy
+    limit: int | None = None  # decodes only the first this many sequences (None: all)
 
     @property
     def label(self) -> str:
@@ -55,28 +63,65 @@ def plan_shard(settings: dict, shard: str, first_shard: str) -> dict[str, RunSpe
     """The runs `shard` decodes, by label, in harness.runs's order; a bad policy or a
     demand read from a run the shard does not decode refuses with one line."""
     harness = settings["harness"]
-    arch = settings["model"]["architecture"]
     pairs = shard_runs(harness, shard, first_shard)
     if not pairs:
         raise MoecacheError(f"shard {shard}: no run of harness.runs decodes it")
     labels = {str(RunName(n, k)) for n, k in pairs}
-    trace_arm = str(RunName(harness["trace_run"]))
     runs = {}
     for name, m in pairs:
-        spec = harness["runs"][name]
-        capacity = spec.get("capacity", harness["capacity"])
-        make = decode.policy_factory(
-            spec, capacity, arch["num_experts"], arch["num_experts_per_tok"]
-        )
-        reads = trace_arm if make().needs_future else None
-        if reads and reads not in labels:
+        run = run_spec(settings, name, harness["runs"][name], m)
+        if run.reads and run.reads not in labels:
             raise MoecacheError(
                 f"run {name}: reads the demand of {harness['trace_run']} at 1x, which shard "
                 f"{shard} does not decode"
             )
-        run = RunSpec(name, spec, capacity, m, reads, make)
         runs[run.label] = run
     return runs
+
+
+def plan_run(
+    settings: dict, shard: str, first_shard: str, name: str, multiplier: int
+) -> dict[str, RunSpec]:
+    """harness.fan_out `run`: run `name` at `multiplier` (last, the label the job writes)
+    beside what it needs on its own device: the trace run at 1x when it reads that run's
+    demand (on the sequences it decodes), and the all-resident reference for a 1x run."""
+    harness = settings["harness"]
+    if (name, multiplier) not in shard_runs(harness, shard, first_shard):
+        raise MoecacheError(
+            f"run {name} at {multiplier}x: not decoded on shard {shard} (harness.runs)"
+        )
+    target = run_spec(settings, name, harness["runs"][name], multiplier)
+    plan = {}
+    if target.reads:
+        trace_run = harness["trace_run"]
+        limit = None if multiplier == 1 else harness.get("scaled_sequences")
+        source = run_spec(settings, trace_run, harness["runs"][trace_run], 1, limit)
+        plan[source.label] = source
+    if multiplier == 1 and target.spec["policy"] != RESIDENT:
+        reference = resident_spec(settings)
+        plan[reference.label] = reference
+    plan[target.label] = target
+    return plan
+
+
+def resident_spec(settings: dict) -> RunSpec:
+    """The all-resident reference: the config's first all-resident run, else one of its
+    own (named all-resident) with every expert on the device."""
+    runs = settings["harness"]["runs"]
+    name = next((n for n, spec in runs.items() if spec["policy"] == RESIDENT), None)
+    if name is None:
+        num_experts = settings["model"]["architecture"]["num_experts"]
+        return run_spec(settings, "all-resident", {"policy": RESIDENT, "capacity": num_experts}, 1)
+    return run_spec(settings, name, runs[name], 1)
+
+
+def run_spec(settings: dict, name: str, spec: dict, multiplier: int, limit=None) -> RunSpec:
+    """One run at one multiplier; a bad policy refuses with one line."""
+    harness, arch = settings["harness"], settings["model"]["architecture"]
+    capacity = spec.get("capacity", harness["capacity"])
+    make = decode.policy_factory(spec, capacity, arch["num_experts"], arch["num_experts_per_tok"])
+    reads = str(RunName(harness["trace_run"])) if make().needs_future else None
+    return RunSpec(name, spec, capacity, multiplier, reads, make, limit)
 
 
 def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> Decoded:
@@ -96,12 +141,16 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
         link=link.configured(harness),
     ) as off:
         arms = [
-            off.arm(label, run.make, run.capacity, 1, run.reads)
+            off.arm(label, run.make, run.capacity, 1, run.reads, run.limit)
             for label, run in runs.items()
             if run.multiplier == 1
         ]
         memory = off.device_bytes()
-        results = decode.decode(model, sequences, harness["device"], arms, off.own, *pace(settings))
+        results = {}
+        if arms:  # a scaled run that reads no demand decodes only beside its twin
+            results = decode.decode(
+                model, sequences, harness["device"], arms, off.own, *pace(settings)
+            )
         demand = {arm.name: arm.demand for arm in arms}
         twins = {}
         for name, group in scaled_groups(runs).items():
@@ -173,21 +222,26 @@ def same_counts(label: str, scaled: dict, twin: dict, one: dict | None) -> None:
             )
 
 
-def write(settings, runs: dict[str, RunSpec], decoded: Decoded, shard, gates_path, out_dir):
-    """One results file and one Parquet trace per label in `out_dir`."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+def write(settings, runs, decoded: Decoded, shard, gates_path, out_dir, trace_dir=None, only=None):
+    """One results file in `out_dir` and one Parquet trace in `trace_dir` (default
+    `out_dir`) per label; `only`: that label's alone (fan_out `run`: the others were its
+    references), its results file naming the reference it was decoded beside."""
+    out_dir, trace_dir = Path(out_dir), Path(trace_dir or out_dir)
+    for folder in (out_dir, trace_dir):
+        folder.mkdir(parents=True, exist_ok=True)
     device = settings["harness"]["device"]
-    for label, run in runs.items():
-        result = decoded.results[label]
+    for label in [only] if only else runs:
+        run = runs[label]
         report = results_report(settings, runs, decoded, label, shard, gates_path)
+        if only:
+            report.update(fan_out="run", reference=reference_record(runs, decoded, label))
         origin = {
             "run": run.name,
             "multiplier": run.multiplier,
             "settings_hash": provenance.settings_hash(settings),
             "device_name": provenance.device_name(device),
         }
-        trace.write(result["trace"], out_dir / f"{label}.parquet", origin)
+        trace.write(decoded.results[label]["trace"], trace_dir / f"{label}.parquet", origin)
         provenance.write_results(out_dir / f"{label}.json", report, settings, device)
 
 
@@ -212,6 +266,20 @@ def results_report(settings, runs, decoded: Decoded, label, shard, gates_path) -
         "totals": result["totals"],
         "sequences": result["sequences"],
     }
+
+
+def reference_record(runs: dict[str, RunSpec], decoded: Decoded, label: str) -> dict | None:
+    """A 1x run's all-resident reference, decoded beside it on the same device (fan_out
+    `run`): its label, totals and per-sequence timing; None for a scaled run (its
+    reference is twin_1x) or the all-resident run itself."""
+    found = [
+        other
+        for other, run in runs.items()
+        if other != label and run.spec["policy"] == RESIDENT and run.multiplier == 1
+    ]
+    if runs[label].multiplier != 1 or not found:
+        return None
+    return {"run": found[0], **twin_record(decoded.results[found[0]])}
 
 
 def interleaved_with(runs: dict[str, RunSpec], label: str) -> list[str]:

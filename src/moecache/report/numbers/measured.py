@@ -336,8 +336,11 @@ def runs_section(workdir: Path, shard: str, files: Sequence[Path] | None = None)
             f"\n\nLRU's copies take {sig(100 * lru['totals']['copy_share'])}% of its step at 1x "
             "(copy time over step time)."
         )
-        if resident is not None:
-            speeds = lru["totals"]["tokens_per_second"], resident["totals"]["tokens_per_second"]
+        # Under harness.fan_out run, LRU's own job decoded the all-resident run beside it.
+        paired = (lru.get("reference") or {}).get("totals")
+        reference = paired or (resident["totals"] if resident else None)
+        if reference is not None:
+            speeds = lru["totals"]["tokens_per_second"], reference["tokens_per_second"]
             slower = 1 - speeds[0] / speeds[1]
             text += (
                 f" LRU decodes {sig(100 * slower)}% fewer tokens/s than the all-resident pool, "
