@@ -13,7 +13,7 @@ from conftest import moecache
 
 from moecache.errors import MoecacheError
 from moecache.harness import decode
-from moecache.report import cost_model, tables
+from moecache.report import choose, cost_model, tables
 
 TAU1, TAU10 = 0.5, 5.0  # ms per copy at 1x and through the link 10x slower
 TOKENS = 20  # timed tokens per sequence
@@ -235,7 +235,7 @@ def test_a_multiplier_the_bandwidth_file_did_not_measure_is_refused(tmp_path):
         tables.table1(runs, scaled, [bandwidth])
 
 
-def choose(tmp_path, *reports, multiplier=10):
+def run_choose(tmp_path, *reports, multiplier=10):
     paths = [write(tmp_path, r) for r in reports]
     bandwidth = tmp_path / "own.json"
     bandwidth.write_text(json.dumps(bandwidth_report()))
@@ -252,7 +252,7 @@ def test_choose_says_when_the_choice_is_not_told_apart(tmp_path):
     interval of their difference holds 0, and the summary says so in one line."""
     a = run_report("ff", "farthest-future", 10.0, 1.0, TAU1, noise=0.1, seed=1)
     b = run_report("lru", "lru", 10.05, 1.0, TAU1, noise=0.1, seed=2)
-    text, report = choose(tmp_path, a, b)
+    text, report = run_choose(tmp_path, a, b)
     first, second = report["choice"], report["runner_up"]["b"]
     assert {first, second} == {"ff", "lru"}
     lo, hi = report["runner_up"]["interval"]
@@ -272,7 +272,7 @@ def test_choose_says_nothing_when_the_choice_is_clearly_faster(tmp_path):
     """Noisy sequences, but ff copies a third as many experts: at 10x it is clearly faster."""
     a = run_report("ff", "farthest-future", 10.0, 1.0, TAU1, noise=0.05, seed=1)
     b = run_report("lru", "lru", 10.0, 3.0, TAU1, noise=0.05, seed=2)
-    text, report = choose(tmp_path, a, b)
+    text, report = run_choose(tmp_path, a, b)
     assert report["choice"] == "ff" and report["runner_up"]["told_apart"]
     hi = report["runner_up"]["interval"][1]
     assert hi < 0
@@ -288,15 +288,15 @@ def test_choose_never_picks_the_all_resident_run_unless_asked(tmp_path):
         run_report("lru", "lru", 10.0, 3.0, TAU1),
     ]
     points = [priced(r) for r in runs]
-    report = cost_model.choose_report(points, TAU10, 0.0)
-    assert report["choice"] == "ff" == cost_model.choose(points, TAU10, 0.0).run
+    report = choose.choose_report(points, TAU10, 0.0)
+    assert report["choice"] == "ff" == choose.choose(points, TAU10, 0.0).run
     rows = {row["run"]: row for row in report["policies"]}
     assert not rows["all"]["candidate"] and rows["ff"]["candidate"]
     assert all("all" not in (c["a"], c["b"]) for c in report["crossovers"])
-    assert "all-resident baseline, not a candidate" in "\n".join(cost_model.choose_summary(report))
-    assert cost_model.choose_report(points, TAU10, 0.0, include_baseline=True)["choice"] == "all"
+    assert "all-resident baseline, not a candidate" in "\n".join(choose.choose_summary(report))
+    assert choose.choose_report(points, TAU10, 0.0, include_baseline=True)["choice"] == "all"
     with pytest.raises(MoecacheError, match="only the all-resident run"):
-        cost_model.choose(points[:1], TAU10, 0.0)
+        choose.choose(points[:1], TAU10, 0.0)
 
 
 def test_a_negative_compute_time_is_refused_naming_the_run_and_tau(tmp_path):
@@ -310,7 +310,7 @@ def test_a_negative_compute_time_is_refused_naming_the_run_and_tau(tmp_path):
     (line,) = result.stderr.strip().splitlines()
     assert "run lru: compute time" in line and "negative" in line and "tau(1) = 5 ms" in line
     with pytest.raises(MoecacheError, match="run lru: .* negative .* at tau\\(1\\) = 5 ms"):
-        cost_model.choose([cost_model.point(run_report("lru", "lru", 10.0, 3, TAU1), 5.0)], 5, 0)
+        choose.choose([cost_model.point(run_report("lru", "lru", 10.0, 3, TAU1), 5.0)], 5, 0)
 
 
 def test_a_tau_given_without_a_bandwidth_file_says_what_it_assumes(tmp_path):
@@ -322,7 +322,7 @@ def test_a_tau_given_without_a_bandwidth_file_says_what_it_assumes(tmp_path):
         "assumes tau(1) = 0.5 ms per copy on this machine (--tau-ms; no --bandwidth measured "
         "it): each run's c = step - n x tau(1)"
     ]
-    text, report = choose(tmp_path, run_report("lru", "lru", 10.0, 3.0, TAU1))
+    text, report = run_choose(tmp_path, run_report("lru", "lru", 10.0, 3.0, TAU1))
     assert report["tau1_assumed"] is False and "assumes" not in text
 
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import SMOKE, load_yaml, moecache, snakemake
 
 from moecache.errors import MoecacheError
-from moecache.report import cost_model
+from moecache.report import choose, cost_model
 
 # --- the cost model and `moecache choose` on a constructed example ------------------------
 
@@ -128,10 +128,10 @@ def test_crossovers_are_where_lines_meet(example):
     runs, _ = example
     points = cost_model.read_points(runs, TAU)
     lru, ff, dwell = points
-    assert cost_model.crossover(lru, ff) == pytest.approx(0.2)  # 10 + 10t = 11 + 5t
-    assert cost_model.crossover(lru, dwell) == pytest.approx(0.5 / 9)
-    assert cost_model.crossover(lru, lru) is None
-    found = {(c["a"], c["b"]): c["tau_ms"] for c in cost_model.crossovers(points)}
+    assert choose.crossover(lru, ff) == pytest.approx(0.2)  # 10 + 10t = 11 + 5t
+    assert choose.crossover(lru, dwell) == pytest.approx(0.5 / 9)
+    assert choose.crossover(lru, lru) is None
+    found = {(c["a"], c["b"]): c["tau_ms"] for c in choose.crossovers(points)}
     assert found[("lru", "ff")] == pytest.approx(0.2)
     # ff and dwell: 11 + 5t = 10.5 + t at t = -0.125: no crossing at a positive copy time.
     assert ("ff", "dwell") not in found

@@ -32,7 +32,7 @@ def flag(role: str) -> str:
 
 
 def cmd_choose(args):
-    from moecache.report import cost_model
+    from moecache.report import choose, cost_model
 
     if args.bandwidth is not None:
         bandwidth = cost_model.read_run(args.bandwidth)
@@ -47,10 +47,10 @@ def cmd_choose(args):
         # The copy time measured through the link m times slower, else m x tau(1).
         tau = cost_model.tau_at(bandwidth, args.multiplier, args.bandwidth, strict=False)
     points = cost_model.read_points(args.runs, tau1)
-    report = cost_model.choose_report(
+    report = choose.choose_report(
         points, tau, args.max_loss, args.seed, args.include_baseline, args.bandwidth is None
     )
-    lines = cost_model.choose_summary(report)
+    lines = choose.choose_summary(report)
     emit(args, report, lines, [*args.runs, *([args.bandwidth] if args.bandwidth else [])])
 
 
