@@ -463,6 +463,9 @@ def test_html_report(smoke_run):
     html = (smoke_run / "report.html").read_text(errors="replace")
     for caption in ("Figure 1. Quality loss", "Figure 2. Share of the gap", "Table 1."):
         assert caption in html
+    # Each table's rows and verdicts as rendered from its fields, beside its CSV.
+    for table in ("table1", "table_eviction", "table_bounds", "table_replication"):
+        assert f"{table}.md" in html, table
 
 
 def test_the_cost_model_rejects_runs_without_results(tmp_path):

@@ -62,7 +62,11 @@ rule table2:
         accuracy=accuracy_summaries(),
     output:
         report("figures/table2.csv", caption="../report/table2.rst", category="Tables"),
-        "figures/table2.md",
+        report(
+            "figures/table2.md",
+            caption="../report/table2.rst",
+            category="Tables",
+        ),
         "figures/table2.sources.json",
     log:
         "logs/figures/table2.log",

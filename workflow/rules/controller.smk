@@ -113,7 +113,11 @@ rule table_controller:
         "figures/table_controller_seeds.csv",
         "figures/table_controller_priced.csv",
         "figures/table_controller_longer.csv",
-        "figures/table_controller.md",
+        report(
+            "figures/table_controller.md",
+            caption="../report/table_controller.rst",
+            category="Tables",
+        ),
         "figures/table_controller.sources.json",
     log:
         "logs/figures/table_controller.log",

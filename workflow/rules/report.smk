@@ -36,7 +36,11 @@ rule table1:
             caption="../report/table1.rst",
             category="Tables",
         ),
-        "figures/table1.md",
+        report(
+            "figures/table1.md",
+            caption="../report/table1.rst",
+            category="Tables",
+        ),
         "figures/table1.sources.json",
     log:
         "logs/figures/table1.log",
@@ -60,7 +64,11 @@ rule table_eviction:
             caption="../report/table_eviction.rst",
             category="Tables",
         ),
-        "figures/table_eviction.md",
+        report(
+            "figures/table_eviction.md",
+            caption="../report/table_eviction.rst",
+            category="Tables",
+        ),
         "figures/table_eviction.sources.json",
     log:
         "logs/figures/table_eviction.log",
@@ -89,7 +97,11 @@ rule table_bounds:
             caption="../report/table_bounds_mixed_precision.rst",
             category="Tables",
         ),
-        "figures/table_bounds.md",
+        report(
+            "figures/table_bounds.md",
+            caption="../report/table_bounds.rst",
+            category="Tables",
+        ),
         "figures/table_bounds.sources.json",
     log:
         "logs/figures/table_bounds.log",
@@ -112,7 +124,11 @@ rule table_replication:
             caption="../report/table_replication.rst",
             category="Tables",
         ),
-        "figures/table_replication.md",
+        report(
+            "figures/table_replication.md",
+            caption="../report/table_replication.rst",
+            category="Tables",
+        ),
         "figures/table_replication.sources.json",
     log:
         "logs/figures/table_replication.log",

@@ -73,7 +73,11 @@ rule router_table3:
             caption="../report/table3.rst",
             category="Tables",
         ),
-        "figures/table3.md",
+        report(
+            "figures/table3.md",
+            caption="../report/table3.rst",
+            category="Tables",
+        ),
         "figures/table3.sources.json",
     log:
         "logs/figures/table3.log",
