@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -105,6 +106,16 @@ def test_every_job_logged_and_benchmarked(tmp_path, configfile):
     unlogged = [str(job) for job in jobs if not job.log]
     unbenchmarked = [str(job) for job in jobs if not job.benchmark]
     assert unlogged == [] and unbenchmarked == []
+    # `make run` leaves tracked files alone: whatever a job writes, git ignores.
+    written = sorted({str(p) for job in jobs for p in [*job.output, *job.log, job.benchmark]})
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--stdin"],
+        input="\n".join(written),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert sorted(set(written) - set(ignored)) == []
 
 
 def test_second_run_has_nothing_to_do(smoke_run):
