@@ -148,7 +148,7 @@ def test_a_union_over_capacity_is_served_in_rounds_that_never_overfill_the_pool(
     demand = demand_of([[[0, 1, 2, 3], [0, 1, 2, 3]], [[4, 5, 6, 7], [4, 5, 6, 7]]], 8)
     union_demand = batch.batched(demand, 2)
     watched = Watched(LRU(3, 8, 3))
-    copies, _ = batch.one_stream(union_demand, 0, watched, 3)
+    copies, _, _ = batch.one_stream(union_demand, 0, watched, 3)
     # Step 0 from empty: 0 1 2 | 3 4 5 | 6 7, which evicts 3 and 4 (least recent); step 1:
     # the residents 5 6 7 first, then 0 1 2 | 3 4.
     assert [width for _, width, _ in watched.seen] == [3, 3, 2, 3, 3, 2]

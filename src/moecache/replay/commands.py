@@ -21,7 +21,7 @@ from moecache.errors import MoecacheError
 
 def batched(args) -> bool:
     """Whether --batch/--batching ask for union demand (moecache.replay.batch)."""
-    return args.batch != 1 or args.batching == "continuous"
+    return args.batch != 1 or args.batching == "continuous" or getattr(args, "prefill", 0) != 0
 
 
 def cmd_replay(args):
@@ -29,7 +29,9 @@ def cmd_replay(args):
 
     if batched(args):
         demand, source = read_demand(args)
-        report = batch.report(demand, args.capacity, args.rule, args.batch, args.batching)
+        report = batch.report(
+            demand, args.capacity, args.rule, args.batch, args.batching, args.prefill
+        )
         origin = demand.origin
     elif args.trace and tracefile.header(args.trace) is not None:
         # The trace anyone can write may be a production day: streamed, a batch at a time.
@@ -46,6 +48,7 @@ def cmd_replay(args):
         lines.append(
             f"{rule:34s} {t['fills']:7d} {t['steady']:8d} {rate:>9s} "
             f"{percent(t['gap_recovered']):>7s}"
+            + (f"  prefill {t['prefill_copies']} copies" if "prefill_copies" in t else "")
         )
     emit(args, report, lines, [source], origin)
 
@@ -233,6 +236,12 @@ def register(sub) -> None:
     register_trace(sub)
     p = on_batched_demand(
         add(sub, "replay", cmd_replay, "replay demand under lossless eviction rules")
+    )
+    p.add_argument(
+        "--prefill",
+        type=int,
+        default=0,
+        help="each sequence's first P tokens in one forward, counted apart (docs/batching.md)",
     )
     p.add_argument(
         "--rule",
