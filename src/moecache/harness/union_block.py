@@ -1,4 +1,5 @@
-"""The pooled MoE block of batched decoding: one token of each running sequence per call.
+"""The pooled MoE block of batched decoding: one token of each running sequence per call,
+or, at prefill, the prompt's P tokens of each (the union then spans every row and position).
 
 Its input rows are the batch's running sequences, in slot order. The layer requests the
 union of their routers' experts: sequence after sequence, each in its router's order,
@@ -33,9 +34,7 @@ class UnionBlock(PooledMoeBlock):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         rows, length, hidden = hidden_states.shape
-        if length != 1:
-            raise MoecacheError(f"batched decoding feeds one token per sequence, not {length}")
-        x = hidden_states.reshape(-1, hidden)
+        x = hidden_states.reshape(-1, hidden)  # row after row, each position after position
         _, top_weights, top_index = self.adapter.route(self.own, x)
         requests = top_index.tolist()  # the block's one host sync
         union = list(dict.fromkeys(e for request in requests for e in request))
