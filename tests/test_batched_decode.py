@@ -16,6 +16,7 @@ from moecache.harness.pool import ExpertPool
 from moecache.harness.union_block import UnionBlock
 from moecache.model import tiny
 from moecache.replay import batch as replay_batch
+from moecache.replay.demand import PAD
 from moecache.replay.engine import parse_rule
 
 LAYERS, EXPERTS, TOP_K = [1, 2], 16, 4
@@ -87,7 +88,7 @@ def test_batched_lossless_runs_equal_batch_one_and_the_replay(
         assert row["nll_sum"] / row["scored"] == pytest.approx(
             nll[row["sequence"]] / row["scored"], abs=gates.POOL_TOLERANCE / 10
         )
-    assert batched.unions(got["trace"]) == batched.replay_unions(demand, size)
+    assert recorded_unions(got["trace"]) == replayed_unions(union_demand)
     counts = replay_batch.serve(union_demand, rule, capacity)
     want = {
         name: (int(counts.insertions[s]), int(counts.fills[s]), int(counts.steady[s]))
@@ -135,3 +136,24 @@ def test_timing_is_per_step_and_per_sequence_token(model, sequences, batch_one):
 def test_policies_that_restrict_or_read_the_router_are_refused(model, sequences, policy):
     with pytest.raises(MoecacheError, match=f"policy {policy} restricts routing or reads"):
         run_batched(model, sequences, policy, 8, 2, 8)
+
+
+def recorded_unions(trace: list[dict]) -> dict:
+    """The union demand a batched run recorded: (layer, batch) -> each step's union."""
+    out: dict = {}
+    for step in trace:
+        out.setdefault((step["layer"], step["batch"]), []).append(list(step["requested"]))
+    return out
+
+
+def replayed_unions(union_demand) -> dict:
+    """The same from the batched replay's streams ("layer<L>/batch<b>"): (layer, batch) ->
+    each step's union."""
+    out = {}
+    for s, name in enumerate(union_demand.streams):
+        layer, tag = name.split("/")
+        rows = union_demand.requests[s, : union_demand.lengths[s]]
+        out[(int(layer.removeprefix("layer")), int(tag.removeprefix("batch")))] = [
+            [int(e) for e in row if e != PAD] for row in rows
+        ]
+    return out

@@ -32,7 +32,7 @@ from moecache.harness import decode
 from moecache.harness.timing import Stopwatch
 from moecache.policies import EvictionPolicy
 from moecache.replay import batch as replay_batch
-from moecache.replay.demand import PAD, Demand, padded
+from moecache.replay.demand import Demand, padded
 
 
 def check_arm(arm: decode.Arm, size: int) -> None:
@@ -279,24 +279,3 @@ def member_rows(members: list, state: dict) -> list[dict]:
 
 def steps_of(arm: decode.Arm) -> list[dict]:
     return [{"layer": layer, **s} for layer, block in arm.blocks.items() for s in block.steps()]
-
-
-def unions(trace: list[dict]) -> dict:
-    """The union demand a batched run recorded: (layer, batch) -> each step's union."""
-    out: dict = {}
-    for step in trace:
-        out.setdefault((step["layer"], step["batch"]), []).append(list(step["requested"]))
-    return out
-
-
-def replay_unions(demand: Demand, size: int) -> dict:
-    """The same from a batch-one demand, by the batched replay: (layer, batch) -> unions."""
-    union_demand = replay_batch.batched(demand, size, "static")
-    out = {}
-    for s, name in enumerate(union_demand.streams):
-        layer, tag = name.split("/")
-        rows = union_demand.requests[s, : union_demand.lengths[s]]
-        out[(int(layer.removeprefix("layer")), int(tag.removeprefix("batch")))] = [
-            [int(e) for e in row if e != PAD] for row in rows
-        ]
-    return out
