@@ -16,9 +16,10 @@ from typing import NamedTuple
 from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.harness import decode, link, trace
+from moecache.policies.all_resident import AllResident
 from moecache.runs import RunName
 
-RESIDENT = "all"  # the all-resident policy: a 1x run's reference under fan_out `run`
+RESIDENT = AllResident.name  # the all-resident policy: a 1x run's reference under fan_out `run`
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import itertools
 
 from moecache.errors import MoecacheError
+from moecache.policies.all_resident import AllResident
 from moecache.report.cost_model import MeasuredRun, compare
 
-BASELINE = "all"  # the all-resident policy: the cost offloading exists to avoid, not a choice
+# The all-resident policy: the cost offloading exists to avoid, not a choice.
+BASELINE = AllResident.name
 
 
 def choose(

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from moecache.errors import MoecacheError
+from moecache.policies.all_resident import AllResident
 from moecache.report.numbers.format import (
     benchmark_seconds,
     cell,
@@ -330,7 +331,7 @@ def runs_section(workdir: Path, shard: str, files: Sequence[Path] | None = None)
     lru = next((r for r in reports if r["run"] == "lru"), None) or next(
         (r for r in reports if r["policy"] == "lru"), None
     )
-    resident = next((r for r in reports if r["policy"] == "all"), None)
+    resident = next((r for r in reports if r["policy"] == AllResident.name), None)
     if lru is not None:
         text += (
             f"\n\nLRU's copies take {sig(100 * lru['totals']['copy_share'])}% of its step at 1x "
