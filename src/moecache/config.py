@@ -106,6 +106,7 @@ def check(config: dict) -> None:
     check_family(config)
     fan_out(config)
     check_runs(config)
+    check_batched(config)
     check_replay(config)
     check_learned(config)
     check_router_tuning(config)
@@ -190,6 +191,39 @@ def check_runs(config: dict) -> None:
         if policy.needs_future:
             if not set(run.get("shards", shards)) <= set(trace.get("shards", shards)):
                 raise ConfigError(f"{where}.shards: {harness['trace_run']} has no trace there")
+
+
+def check_batched(config: dict) -> None:
+    """harness.batched names runs the union block can decode, on sequences that exist,
+    and comes with harness.batch_sizes (and they with it)."""
+    from moecache import policies
+
+    harness = config["harness"]
+    where = "config key harness.batched"
+    if ("batch_sizes" in harness) != ("batched" in harness):
+        raise ConfigError(f"{where}: give harness.batch_sizes and harness.batched together")
+    if "batched" not in harness:
+        return
+    batched = harness["batched"]
+    sequences = config["corpus"]["heldout"]["sequences"]
+    if batched["sequences"] > sequences:
+        raise ConfigError(
+            f"{where}.sequences: {batched['sequences']} is more than the {sequences} "
+            "sequences of a shard"
+        )
+    first = next(iter(config["corpus"]["heldout"]["shards"]))
+    for name in batched["runs"]:
+        run = harness["runs"].get(name)
+        if run is None:
+            raise ConfigError(f"{where}.runs: {name!r} is not a run of harness.runs")
+        policy = policies.POLICIES[run["policy"]]
+        if policy.needs_probs or policy.needs_hidden:
+            raise ConfigError(
+                f"{where}.runs: {name!r} reads the router; batched decoding runs lossless "
+                "rules that do not, Dwell-k and Static"
+            )
+        if first not in run.get("shards", [first]):
+            raise ConfigError(f"{where}.runs: {name!r} does not decode the first shard {first!r}")
 
 
 def check_replay(config: dict) -> None:

@@ -4,8 +4,9 @@ A run's results are named `<run>-x<multiplier>` (`lru-x10`: the config's run `lr
 copies 10 times slower; a scaled run's 1x twin `lru-twin-x1`), a controller's heads
 `<objective>-s<seed>[-e<price>]`, a sweep point `t<100 * threshold>` (`t50`), and an
 accuracy row of the controller `controller-s<seed>-<point>` (`matched` or a sweep
-point). The workflow builds its paths from these and the stages read them back through
-`parse`, so a name has one spelling.
+point), and a batched decoding's shape `b<B>-<batching>-p<prefill>` (`b4-static-p0`).
+The workflow builds its paths from these and the stages read them back through `parse`,
+so a name has one spelling.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ LABEL_PATTERN = rf"{RUN_PATTERN}-x[0-9]+"
 HEADS_PATTERN = r"(?:differentiable|reinforce)-s[0-9]+(?:-e[0-9.]+)?"
 POINT_PATTERN = r"t[0-9]+|reference"
 ACCURACY_ROW_PATTERN = r"controller-s([0-9]+)-(matched|t[0-9]+)"
+BATCHINGS = ("static", "continuous")
+SHAPE_PATTERN = rf"b([0-9]+)-({'|'.join(BATCHINGS)})-p([0-9]+)"
 
 
 class NameFormatError(MoecacheError):
@@ -125,6 +128,36 @@ class AccuracyRowName:
     def parse(cls, name: str) -> AccuracyRowName:
         found = _match(ACCURACY_ROW_PATTERN, name, "controller accuracy row")
         return cls(int(found[1]), found[2])
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """How a batched run decodes: B sequences at once, static or continuous batching,
+    each sequence's first `prefill` tokens in one forward (results/batched/<shard>/<shape>/)."""
+
+    size: int
+    batching: str = "static"
+    prefill: int = 0
+
+    def __str__(self) -> str:
+        return f"b{self.size}-{self.batching}-p{self.prefill}"
+
+    @classmethod
+    def parse(cls, name: str) -> BatchShape:
+        found = _match(SHAPE_PATTERN, name, "batch shape")
+        return cls(int(found[1]), found[2], int(found[3]))
+
+
+def batch_shapes(sizes: list[int], batched: dict) -> list[BatchShape]:
+    """Every shape harness.batched decodes: each size x batching x prefill, prefill with
+    static batching only (continuous batching has no common prompt step)."""
+    return [
+        BatchShape(size, batching, prefill)
+        for size in sizes
+        for batching in batched.get("batching", ["static"])
+        for prefill in batched.get("prefill", [0])
+        if batching == "static" or prefill == 0
+    ]
 
 
 def point_name(threshold: float) -> str:

@@ -2,7 +2,7 @@
 # shard, named by moecache.runs; the tables read them.
 import os
 
-from moecache.runs import LABEL_PATTERN
+from moecache.runs import LABEL_PATTERN, batch_shapes
 
 FAN_OUT = configs.fan_out(config)
 
@@ -67,3 +67,33 @@ def controller_heads_of_run(label):
     """The heads file a controller run names (fan_out `run`: one job a run)."""
     run = RUNS[RunName.parse(label).run]
     return [run["params"]["weights"]] if run["policy"] == "controller" else []
+
+
+# Batched decoding (harness.batched at each of harness.batch_sizes) on the first shard:
+# results/batched/<shard>/b<B>-<batching>-p<P>/<run>.json (moecache.runs.BatchShape).
+BATCH_SIZES = config["harness"].get("batch_sizes", [])
+BATCHED = config["harness"].get("batched", {})
+BATCHED_RUNS = BATCHED.get("runs", [])
+
+
+def batched_file(shape, run, shard=FIRST_SHARD):
+    return f"results/batched/{shard}/{shape}/{run}.json"
+
+
+def batched_outputs():
+    """Every batched results file: each run at each shape of each B."""
+    return [
+        batched_file(shape, run)
+        for shape in batch_shapes(BATCH_SIZES, BATCHED)
+        for run in BATCHED_RUNS
+    ]
+
+
+def batched_of_size(size):
+    """The files one fan_out `shard` job writes: every run at every shape of B = size,
+    {batch} left for the rule's wildcard."""
+    return [
+        batched_file(str(shape).replace(f"b{size}-", "b{batch}-", 1), run)
+        for shape in batch_shapes([size], BATCHED)
+        for run in BATCHED_RUNS
+    ]

@@ -1,5 +1,7 @@
 # Replay, bound and foresight files at each capacity, for replay.smk and the tables.
 # The trace run's own C always; replay.capacities adds others (the paper's C = N/2).
+from moecache.runs import batch_shapes
+
 REPLAY_CAPACITIES = sorted({TRACE_CAPACITY, *config["replay"].get("capacities", [])})
 
 
@@ -33,6 +35,17 @@ def replay_outputs():
             for name in ("replay", "bound", "foresight")
             for path in replayed_all(name)
         ),
+        *replayed_batched(),
         "results/replay/optimum-sweep.json",
         "results/replay/benchmark.json",
     ]
+
+
+def replayed_batched(shard=None):
+    """The batched replay of the first trace shard (or `shard`) at every shape of
+    replay.batch_sizes (harness.batched's batching modes and prefills)."""
+    shapes = batch_shapes(
+        config["replay"].get("batch_sizes", []), config["harness"].get("batched", {})
+    )
+    shard = shard or TRACE_SHARDS[0]
+    return [f"results/replay/{shard}/batched/{shape}.json" for shape in shapes]

@@ -36,6 +36,7 @@ def final_outputs():
         *link_check_outputs(),
         f"results/probe/{FIRST_SHARD}.json",
         *decode_outputs(),
+        *batched_outputs(),
         *replay_outputs(),
         *learned_evaluation(),
         *router_measured(),

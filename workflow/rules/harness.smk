@@ -121,6 +121,75 @@ else:
             " --out-dir {params.out_dir} --trace-dir {params.trace_dir} > {log} 2>&1"
 
 
+# Batched decoding on the first shard: under fan_out `shard` one job per batch size B
+# decodes every run of harness.batched at each batching mode and prefill, interleaved;
+# under `run` one job per run x B x batching x prefill, beside the all-resident run.
+if FAN_OUT == "shard":
+
+    rule decode_batched:
+        """Every batched run at B = {batch}, each shape's runs one after the other."""
+        input:
+            model=built("results/model"),
+            sequences=f"results/heldout/{FIRST_SHARD}.parquet",
+            gates=f"results/gates/{FIRST_SHARD}.json",
+            trace=TRACE.format(shard=FIRST_SHARD),
+        output:
+            batched_of_size(BATCH_SIZES[0]) if BATCH_SIZES else [],
+        log:
+            "logs/batched/b{batch}.log",
+        benchmark:
+            "benchmarks/batched/b{batch}.tsv"
+        wildcard_constraints:
+            batch="[0-9]+",
+        conda:
+            CONDA_ENV
+        threads: config["harness"]["threads"]
+        resources:
+            gpu=1,
+        params:
+            settings=settings("model", "harness"),
+            model=built_or_pretrained("model"),
+        shell:
+            "moecache decode-batched --settings {params.settings:q} --model {params.model:q}"
+            f" --sequences {{input.sequences}} --shard {FIRST_SHARD} --gates {{input.gates}}"
+            f" --trace {{input.trace}} --batch {{wildcards.batch}}"
+            f" --out-dir results/batched/{FIRST_SHARD} > {{log}} 2>&1"
+
+else:
+
+    rule decode_batched:
+        """One batched run at one shape, beside the all-resident run at that shape."""
+        input:
+            model=built("results/model"),
+            sequences="results/heldout/{shard}.parquet",
+            gates="results/gates/{shard}.json",
+            trace=TRACE,
+        output:
+            "results/batched/{shard}/b{batch}-{batching}-p{prefill}/{run}.json",
+        log:
+            "logs/batched/{shard}/b{batch}-{batching}-p{prefill}/{run}.log",
+        benchmark:
+            "benchmarks/batched/{shard}/b{batch}-{batching}-p{prefill}/{run}.tsv"
+        wildcard_constraints:
+            batch="[0-9]+",
+            batching="static|continuous",
+            prefill="[0-9]+",
+        conda:
+            CONDA_ENV
+        threads: config["harness"]["threads"]
+        resources:
+            gpu=1,
+        params:
+            settings=settings("model", "harness"),
+            model=built_or_pretrained("model"),
+        shell:
+            "moecache decode-batched --settings {params.settings:q} --model {params.model:q}"
+            " --sequences {input.sequences} --shard {wildcards.shard} --gates {input.gates}"
+            " --trace {input.trace} --batch {wildcards.batch} --run {wildcards.run}"
+            " --shape b{wildcards.batch}-{wildcards.batching}-p{wildcards.prefill}"
+            " --out-dir results/batched/{wildcards.shard} > {log} 2>&1"
+
+
 rule probe_layers:
     input:
         model=built("results/model"),

@@ -113,6 +113,31 @@ use rule foresight as foresight_at_capacity with:
         capacity="[0-9]+",
 
 
+rule replay_batched:
+    """Every rule on the union demand of B sequences a step, at the trace run's C."""
+    input:
+        trace=TRACE,
+    output:
+        "results/replay/{shard}/batched/b{batch}-{batching}-p{prefill}.json",
+    log:
+        "logs/replay/{shard}/batched/b{batch}-{batching}-p{prefill}.log",
+    benchmark:
+        "benchmarks/replay/{shard}/batched/b{batch}-{batching}-p{prefill}.tsv"
+    wildcard_constraints:
+        shard="[^/]+",
+        batch="[0-9]+",
+        batching="static|continuous",
+        prefill="[0-9]+",
+    conda:
+        CONDA_ENV
+    params:
+        capacity=TRACE_CAPACITY,
+    shell:
+        "moecache replay --trace {input.trace} --capacity {params.capacity}"
+        " --batch {wildcards.batch} --batching {wildcards.batching}"
+        " --prefill {wildcards.prefill} --out {output} > {log} 2>&1"
+
+
 rule optimum_sweep:
     output:
         "results/replay/optimum-sweep.json",

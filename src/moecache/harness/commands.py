@@ -9,7 +9,7 @@ from pathlib import Path
 
 from moecache.command import add, load_settings, on_model, with_settings
 from moecache.errors import MoecacheError
-from moecache.runs import RunName
+from moecache.runs import BatchShape, RunName
 
 
 def cmd_profile_model(args):
@@ -53,6 +53,28 @@ def cmd_decode(args):
             f"{label}: NLL {t['nll']:.4f} (delta {t['delta_nll']:+.4f}), "
             f"{t['tokens_per_second']:.1f} tok/s (95% {low:.1f}-{high:.1f}), "
             f"{t['copies_per_token']:.2f} copies/token, {100 * t['copy_share']:.1f}% of a step"
+        )
+
+
+def cmd_decode_batched(args):
+    from moecache.harness import jobs
+
+    settings = load_settings(args, ("model", "harness"))
+    where = {"shard": args.shard, "gates": args.gates, "trace": args.trace, "out_dir": args.out_dir}
+    shape = None if args.shape is None else BatchShape.parse(args.shape)
+    if (args.run is None) != (shape is None):
+        raise MoecacheError("--run and --shape: give both (fan_out run) or neither")
+    if shape is not None and shape.size != args.batch:
+        raise MoecacheError(f"--shape {shape}: its B is not --batch {args.batch}")
+    for path in jobs.run_decode_batched(
+        settings, args.model, args.sequences, where, args.batch, args.run, shape
+    ):
+        totals = json.loads(path.read_text())["totals"]
+        low, high = totals["ms_per_sequence_token_ci"]
+        print(
+            f"{path.parent.name}/{path.stem}: {totals['copies_per_token']:.2f} copies and "
+            f"{totals['ms_per_sequence_token']:.2f} ms (95% {low:.2f}-{high:.2f}) per "
+            f"sequence-token, delta NLL {totals['delta_nll']:+.4f}"
         )
 
 
@@ -141,6 +163,23 @@ def register(sub) -> None:
         help="decode only this run of harness.runs, beside its reference (harness.fan_out run)",
     )
     p.add_argument("--multiplier", type=int, help="--run's copy multiplier (default 1)")
+
+    p = with_settings(
+        add(
+            sub,
+            "decode-batched",
+            cmd_decode_batched,
+            "harness.batched's runs at batch size B, every batching and prefill, interleaved",
+        )
+    )
+    on_model(p, "--sequences")
+    p.add_argument("--shard", required=True, help="the shard's name (the first shard)")
+    p.add_argument("--gates", required=True, type=Path, help="the shard's gates file")
+    p.add_argument("--trace", required=True, type=Path, help="the trace run's trace")
+    p.add_argument("--batch", required=True, type=int, help="B, one of harness.batch_sizes")
+    p.add_argument("--out-dir", required=True, type=Path, help="<shape>/<run>.json under it")
+    p.add_argument("--run", help="only this run of harness.batched.runs (fan_out run)")
+    p.add_argument("--shape", help="--run's shape, as b4-static-p0 (fan_out run)")
 
     p = with_settings(
         add(

@@ -14,7 +14,7 @@ import torch
 from moecache import config as configs
 from moecache import provenance
 from moecache.data import corpus
-from moecache.harness import bandwidth, decode, gates, link, link_check, profile, runs
+from moecache.harness import bandwidth, batched_runs, decode, gates, link, link_check, profile, runs
 from moecache.model import checkpoint, plan, registry
 from moecache.runs import RunName
 
@@ -108,6 +108,22 @@ def run_decode(
     runs.write(settings, planned, decoded, shard, gates_path, out_dir, trace_dir, only)
     written = [only] if only else list(planned)
     return {label: decoded.results[label]["totals"] for label in written}
+
+
+def run_decode_batched(
+    settings, model_source, sequences_path, where: dict, size: int, run=None, shape=None
+) -> list:
+    """harness.batched's runs at batch size `size` (every shape), or `run` at `shape` beside
+    the all-resident reference (batched_runs.py); `where`: shard, gates, trace, out_dir.
+    The written files."""
+    planned = batched_runs.plan(settings, size, run, shape)  # refuses before loading
+    model, sequences = load(settings, model_source, sequences_path)
+    sequences = sequences[: settings["harness"]["batched"]["sequences"]]
+    longest = max(len(ids) for ids in sequences)
+    print("\n".join(plan.lines(plan.plan(settings, source=model_source, tokens=longest))))
+    json.loads(Path(where["gates"]).read_text())  # the shard's gates passed (the rule's input)
+    results = batched_runs.decode_shapes(settings, model, sequences, where["trace"], planned)
+    return batched_runs.write(settings, where["shard"], planned, results, where["out_dir"], run)
 
 
 def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:

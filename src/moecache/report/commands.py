@@ -24,6 +24,7 @@ INPUTS = (
     ("longer", "moecache controller-longer folders"),
     ("controller", "controller heads files"),
     ("accuracy", "moecache accuracy summaries"),
+    ("batched", "moecache decode-batched results"),
 )
 
 

@@ -16,7 +16,7 @@ from matplotlib.transforms import Bbox  # noqa: E402
 from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
-from moecache.report import cost_model, replayed  # noqa: E402
+from moecache.report import batching, cost_model, replayed  # noqa: E402
 from moecache.report.tables import read, scaled_points  # noqa: E402
 
 COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
@@ -259,6 +259,94 @@ def draw_references(ax, curve, subset, color, extra) -> None:
         )
 
 
+def fig_batching(replay, batched):
+    """Against the batch size B, static and continuous batching side by side: copies per
+    sequence-token (lines: the batched replay of the whole shard; markers: the harness's
+    batched runs), ms per sequence-token (the harness, 95% intervals), and the share of
+    the LRU-to-farthest-future gap each causal rule recovers, beside farthest-future's
+    saving as a share of LRU's copies (below 10%: the eviction rule stops mattering)."""
+    if not replay or not batched:
+        raise MoecacheError("fig_batching: give --replay (batched replays) and --batched")
+    rows = batching.replay_rows(replay) + batching.harness_rows(batched)
+    fig, axes = plt.subplots(3, 2, figsize=(9.6, 9.0), sharex=True, sharey="row")
+    for column, mode in enumerate(batching.MODES_SHOWN):
+        draw_batching_column(axes[:, column], rows, mode)
+        axes[0, column].set_title(f"{mode} batching", fontsize=10)
+        axes[2, column].set_xlabel("batch size B (sequences decoded at once)")
+    axes[0, 0].set_ylabel("copies per sequence-token")
+    axes[1, 0].set_ylabel("ms per sequence-token")
+    axes[2, 0].set_ylabel("share")
+    for ax in axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.grid(alpha=0.3)
+    for ax in axes[:, 1]:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    return fig, [*replay, *batched]
+
+
+def draw_batching_column(axes, rows, mode: str) -> None:
+    """One batching mode's three panels (copies, ms, shares) at no prefill."""
+    shapes = batching.shapes(rows, mode)
+    sizes = [s.size for s in shapes]
+    colors = dict(zip(batching.SHOWN, plt.get_cmap("tab10").colors, strict=False))
+    for rule in batching.NAMED:
+        found = [batching.replayed(rows, s, rule) for s in shapes]
+        axes[0].plot(
+            sizes,
+            [r["copies_per_token"] for r in found],
+            "-",
+            color=colors[rule],
+            label=f"{rule} (replay)",
+        )
+    zoo = [batching.best_zoo(rows, s) for s in shapes]
+    axes[0].plot(
+        sizes,
+        [r["copies_per_token"] for r in zoo],
+        "-",
+        color=colors["best zoo"],
+        label="best zoo rule (replay)",
+    )
+    for r in rows:
+        if r["source"] == "harness" and r["shape"] in shapes:
+            color = colors.get(r["rule"], colors["other"])
+            low, high = r["ms_ci"]
+            axes[0].plot(r["shape"].size, r["copies_per_token"], "o", color=color, ms=4)
+            axes[1].errorbar(
+                r["shape"].size,
+                r["ms_per_token"],
+                fmt="o",
+                color=color,
+                ms=4,
+                yerr=[[r["ms_per_token"] - low], [high - r["ms_per_token"]]],
+            )
+    for rule in dict.fromkeys(r["rule"] for r in rows if r["source"] == "harness"):
+        axes[1].plot(
+            [], [], "o", color=colors.get(rule, colors["other"]), label=f"{rule} (harness)"
+        )
+    gap = {
+        "decayed-frequency": [batching.replayed(rows, s, "decayed-frequency") for s in shapes],
+        "best zoo": zoo,
+    }
+    for name, found in gap.items():
+        axes[2].plot(
+            sizes,
+            [r["gap_recovered"] for r in found],
+            "s-",
+            color=colors[name],
+            label=f"{name}: share of the LRU-to-oracle gap",
+        )
+    axes[2].plot(
+        sizes,
+        [batching.oracle_saving(rows, s) for s in shapes],
+        "^--",
+        color=colors[batching.ORACLE],
+        label="farthest-future: saving, share of LRU's",
+    )
+    axes[2].axhline(batching.SMALL_SAVING, color="grey", lw=0.8, ls=":")
+
+
 def write(name: str, fig, sources, out_dir) -> None:
     out_dir = Path(out_dir)
     for suffix in ("pdf", "png"):
@@ -274,4 +362,5 @@ def write(name: str, fig, sources, out_dir) -> None:
 BUILDERS = {
     "fig1": (fig1, ("runs", "scaled", "bandwidth")),
     "fig2": (fig2, ("foresight", "learned")),
+    "fig_batching": (fig_batching, ("replay", "batched")),
 }

@@ -8,6 +8,7 @@ whose inputs the config does not produce says so in its caption and has no rows.
 from moecache.atomic import read_json as read
 from moecache.report.tables.appendix import table_bounds, table_controller, table_eviction
 from moecache.report.tables.base import Table, write
+from moecache.report.tables.batching import table_batching
 from moecache.report.tables.table1 import (
     cost_model_part,
     scaled_points,
@@ -26,6 +27,7 @@ BUILDERS = {
     "table_eviction": (table_eviction, ("replay", "learned")),
     "table_bounds": (table_bounds, ("bound", "sweep")),
     "table_replication": (table_replication, ("runs", "replication")),
+    "table_batching": (table_batching, ("replay", "batched")),
 }
 
 # read and scaled_points: figures.py takes them from here.

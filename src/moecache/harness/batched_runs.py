@@ -1,0 +1,217 @@
+"""The batched decode job: harness.batched's runs at one batch size B, at every batching mode
+and prefill (runs.batch_shapes), one results file a run and shape
+(<out_dir>/<shape>/<run>.json, shape as `b4-static-p0`).
+
+The sequences are the first `harness.batched.sequences` of the first shard, each cut to a
+share of its own length, so that they keep the shard's spread of lengths (which is what
+tells continuous batching from static) and average `tokens` tokens after the prefill.
+
+Under fan_out `shard` one job decodes every run at every shape of its B, the runs of a
+shape one after the other, so that their timings are comparable; under fan_out `run` a job
+decodes one run at one shape beside the all-resident run at that shape, its reference on
+the same device. A lossless run must keep every sequence's batch-one NLL (the unmodified
+model's, one forward a sequence) within the gates' pool tolerance: if one does not, the
+job fails with the numbers and writes nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from moecache import provenance
+from moecache.errors import MoecacheError
+from moecache.harness import batched, decode, gates, link, trace
+from moecache.harness.union_block import UnionBlock
+from moecache.intervals import bootstrap_ratio
+from moecache.policies.all_resident import AllResident
+from moecache.runs import BatchShape, batch_shapes
+
+
+def plan(settings: dict, size: int, run: str | None = None, shape=None) -> list:
+    """(shape, run names) to decode at B = `size`: every run at every shape, or `run` at
+    `shape` beside the all-resident reference; a bad choice refuses in one line."""
+    harness = settings["harness"]
+    if size not in harness.get("batch_sizes", []):
+        raise MoecacheError(f"--batch {size}: not one of harness.batch_sizes")
+    config = harness["batched"]
+    shapes = batch_shapes([size], config)
+    if run is None:
+        return [(s, list(config["runs"])) for s in shapes]
+    if run not in config["runs"]:
+        raise MoecacheError(f"--run {run}: not one of harness.batched.runs")
+    if shape not in shapes:
+        raise MoecacheError(f"--shape {shape}: not one of {', '.join(map(str, shapes))}")
+    return [(shape, [reference_name(settings), run])]
+
+
+def reference_name(settings: dict) -> str:
+    """The config's first all-resident run (the reference of a fanned-out job)."""
+    runs = settings["harness"]["runs"]
+    found = [name for name, spec in runs.items() if spec["policy"] == AllResident.name]
+    if not found:
+        raise MoecacheError("harness.runs: fan_out run needs an all-resident run as reference")
+    return found[0]
+
+
+def cut(sequences: list, tokens: int, prefill: int) -> list:
+    """Each sequence cut to its first P tokens and a share of the rest, the shares in
+    proportion to the rest's lengths and averaging `tokens` (at least 2, one timed)."""
+    rest = np.array([len(ids) - prefill for ids in sequences], dtype=float)
+    short = [i for i, n in enumerate(rest) if n < 2]
+    if short:
+        raise MoecacheError(
+            f"prefill {prefill}: sequence {short[0]} has fewer than 2 tokens after it"
+        )
+    keep = np.maximum(2, np.rint(rest * tokens / rest.mean())).astype(int)
+    return [
+        ids[: prefill + min(int(k), len(ids) - prefill)]
+        for ids, k in zip(sequences, keep, strict=True)
+    ]
+
+
+def futures_of(trace_path, layers, sequences: list) -> dict:
+    """The trace run's batch-one demand per layer and sequence, cut as `sequences` are."""
+    full = trace.read_futures(trace_path, layers)
+    return {
+        layer: [np.asarray(per[i])[: len(ids)] for i, ids in enumerate(sequences)]
+        for layer, per in full.items()
+    }
+
+
+def decode_shapes(settings, model, sequences, trace_path, planned: list) -> dict:
+    """{(shape, run): result}: each shape's runs one after the other on one offload."""
+    harness, arch = settings["harness"], settings["model"]["architecture"]
+    config, device, layers = harness["batched"], harness["device"], harness["restricted_layers"]
+    runs = harness["runs"]
+    names = {name for _, group in planned for name in group}
+    capacities = {name: runs[name].get("capacity", harness["capacity"]) for name in names}
+    results = {}
+    with decode.offloaded(
+        model,
+        layers,
+        max(capacities.values()),
+        device,
+        link.ring_mib(harness),
+        slots=harness["capacity"] * len(layers),
+        link=link.configured(harness),
+    ) as off:
+        for shape, group in planned:
+            cut_sequences = cut(sequences, config["tokens"], shape.prefill)
+            futures = futures_of(trace_path, layers, cut_sequences)
+            base_sums = decode.batched_nll_sums(model, cut_sequences, device)
+            for name in group:
+                make = batched.policy_factory(
+                    runs[name],
+                    capacities[name],
+                    arch["num_experts"],
+                    arch["num_experts_per_tok"],
+                    shape.size,
+                )
+                arm = off.arm(name, make, capacities[name], block=UnionBlock)
+                reads = any(b.policy.needs_future for b in arm.blocks.values())
+                results[shape, name] = batched.decode_batched(
+                    model,
+                    cut_sequences,
+                    device,
+                    arm,
+                    off.own,
+                    shape.size,
+                    futures if reads else None,
+                    settings["seed"],
+                    shape.prefill,
+                    shape.batching,
+                )
+                results[shape, name]["base_sums"] = base_sums
+    return results
+
+
+def lossless_failures(name: str, shape: BatchShape, result: dict) -> list[str]:
+    """A lossless run's sequences whose NLL left their batch-one NLL (the gates' tolerance)."""
+    found = []
+    for row, base in zip(result["sequences"], result["base_sums"], strict=True):
+        gap = abs(row["nll"] - base / row["scored"])
+        if not gap <= gates.POOL_TOLERANCE:
+            found.append(
+                f"{name} at {shape}: sequence {row['sequence']} NLL {row['nll']:.6f} vs "
+                f"batch-one {base / row['scored']:.6f} (|diff| {gap:.2e})"
+            )
+    return found
+
+
+def report(settings, shard, name, shape: BatchShape, result: dict, interleaved) -> dict:
+    """One run's batched results file, before provenance."""
+    spec = settings["harness"]["runs"][name]
+    rows = result["sequences"]
+    base = sum(result["base_sums"]) / sum(row["scored"] for row in rows)
+    totals = dict(result["totals"])
+    totals.update(
+        base_nll=base,
+        delta_nll=totals["nll"] - base,
+        **step_intervals(result["batches"], settings["seed"]),
+    )
+    return {
+        "run": name,
+        "policy": spec["policy"],
+        "params": spec.get("params", {}),
+        "capacity": spec.get("capacity", settings["harness"]["capacity"]),
+        "shard": shard,
+        "shape": str(shape),
+        "lossless": not restricts(settings, name),
+        "interleaved_with": sorted(set(interleaved) - {name}),
+        "totals": totals,
+        "sequences": [
+            {**row, "base_nll": b / row["scored"]}
+            for row, b in zip(rows, result["base_sums"], strict=True)
+        ],
+        "batches": result["batches"],
+    }
+
+
+def step_intervals(batch_rows: list[dict], seed: int) -> dict:
+    """ms per sequence-token with its 95% interval, resampling the timed steps (a step's
+    seconds over the sequences it ran): at large B a shard is one batch, so batches are
+    too few to resample."""
+    seconds = [1e3 * s for row in batch_rows for s in row["step_seconds_each"]]
+    running = [n for row in batch_rows for n in row["running_each"]]
+    return {
+        "steps_timed": len(seconds),
+        "ms_per_sequence_token": sum(seconds) / sum(running),
+        "ms_per_sequence_token_ci": bootstrap_ratio(seconds, running, seed),
+    }
+
+
+def restricts(settings: dict, name: str) -> bool:
+    from moecache import policies
+
+    return policies.POLICIES[settings["harness"]["runs"][name]["policy"]].restricts
+
+
+def write(settings, shard, planned, results: dict, out_dir, only=None) -> list[Path]:
+    """Every results file, once every lossless run passed its check; `only`: that run's
+    alone (fan_out `run`), naming the reference decoded beside it."""
+    failed = [
+        line
+        for (shape, name), result in results.items()
+        if not restricts(settings, name)
+        for line in lossless_failures(name, shape, result)
+    ]
+    if failed:
+        raise MoecacheError("batched gate failed: " + "; ".join(failed))
+    device = settings["harness"]["device"]
+    written = []
+    for shape, group in planned:
+        for name in [only] if only else group:
+            path = Path(out_dir) / str(shape) / f"{name}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            body = report(settings, shard, name, shape, results[shape, name], group)
+            if only:
+                reference = group[0]
+                body.update(
+                    fan_out="run",
+                    reference={"run": reference, "totals": results[shape, reference]["totals"]},
+                )
+            provenance.write_results(path, body, settings, device)
+            written.append(path)
+    return written
