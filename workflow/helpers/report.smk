@@ -24,6 +24,9 @@ PAPER_OUTPUTS = [
     "figures/claims.md",
     "figures/numbers.md",
 ]
+# Batched decoding's table and figure, where the config batches (docs/batching.md).
+if BATCH_SIZES and config["replay"].get("batch_sizes"):
+    PAPER_OUTPUTS += ["figures/table_batching.md", "figures/fig_batching.pdf"]
 
 
 def final_outputs():

@@ -180,6 +180,61 @@ rule fig2:
         " --out-dir figures > {log} 2>&1"
 
 
+rule table_batching:
+    input:
+        replay=replayed_batched(),
+        batched=batched_outputs(),
+    output:
+        report(
+            "figures/table_batching_replay.csv",
+            caption="../report/table_batching.rst",
+            category="Tables",
+        ),
+        report(
+            "figures/table_batching_harness.csv",
+            caption="../report/table_batching.rst",
+            category="Tables",
+        ),
+        report(
+            "figures/table_batching.md",
+            caption="../report/table_batching.rst",
+            category="Tables",
+        ),
+        "figures/table_batching.sources.json",
+    log:
+        "logs/figures/table_batching.log",
+    benchmark:
+        "benchmarks/figures/table_batching.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache table table_batching --replay {input.replay} --batched {input.batched}"
+        " --out-dir figures > {log} 2>&1"
+
+
+rule fig_batching:
+    input:
+        replay=replayed_batched(),
+        batched=batched_outputs(),
+    output:
+        "figures/fig_batching.pdf",
+        report(
+            "figures/fig_batching.png",
+            caption="../report/fig_batching.rst",
+            category="Figures",
+        ),
+        "figures/fig_batching.sources.json",
+    log:
+        "logs/figures/fig_batching.log",
+    benchmark:
+        "benchmarks/figures/fig_batching.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache figure fig_batching --replay {input.replay} --batched {input.batched}"
+        " --out-dir figures > {log} 2>&1"
+
+
 rule claims:
     """The reproduction scorecard: each quantitative claim of the paper against this run's
     results files (every results output of `all`, so it runs after them)."""

@@ -111,16 +111,24 @@ def run_decode(
 
 
 def run_decode_batched(
-    settings, model_source, sequences_path, where: dict, size: int, run=None, shape=None
+    settings,
+    model_source,
+    sequences_path,
+    where: dict,
+    size: int,
+    run=None,
+    shape=None,
+    loaded=None,
 ) -> list:
     """harness.batched's runs at batch size `size` (every shape), or `run` at `shape` beside
-    the all-resident reference (batched_runs.py); `where`: shard, gates, trace, out_dir.
-    The written files."""
+    the all-resident reference (batched_runs.py); `where`: shard, gates, trace, out_dir;
+    `loaded`: (model, sequences) already in memory. The written files."""
     planned = batched_runs.plan(settings, size, run, shape)  # refuses before loading
-    model, sequences = load(settings, model_source, sequences_path)
+    model, sequences = loaded or load(settings, model_source, sequences_path)
     sequences = sequences[: settings["harness"]["batched"]["sequences"]]
-    longest = max(len(ids) for ids in sequences)
-    print("\n".join(plan.lines(plan.plan(settings, source=model_source, tokens=longest))))
+    if loaded is None:  # what the run holds, from the model's config, before it decodes
+        longest = max(len(ids) for ids in sequences)
+        print("\n".join(plan.lines(plan.plan(settings, source=model_source, tokens=longest))))
     json.loads(Path(where["gates"]).read_text())  # the shard's gates passed (the rule's input)
     results = batched_runs.decode_shapes(settings, model, sequences, where["trace"], planned)
     return batched_runs.write(settings, where["shard"], planned, results, where["out_dir"], run)

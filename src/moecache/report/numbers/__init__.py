@@ -13,7 +13,7 @@ checks), `runs` (every run at 1x on the first shard), `cost_model` (Table 1's co
 check), `replay` (trace replay per capacity, bounds, foresight, the sweep and the replay
 benchmark), `learned` (the learned eviction scorers' share of the gap), `router_tuning`
 (Table 3's copies and the gap verdicts), `controller` (the controller appendix),
-`accuracy` (Table 2) and `runtime` (seconds per stage, summed from `benchmarks/`).
+`accuracy` (Table 2), `batching` (batched decoding against B) and `runtime` (seconds per stage, summed from `benchmarks/`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from moecache.atomic import write_text
 from moecache.errors import MoecacheError
+from moecache.report.numbers.batching import batching_section
 from moecache.report.numbers.format import shards_of
 from moecache.report.numbers.measured import (
     bandwidth_section,
@@ -57,6 +58,7 @@ NAMES = (
     "router_tuning",
     "controller",
     "accuracy",
+    "batching",
     "runtime",
 )
 
@@ -115,6 +117,7 @@ def build(
         "router_tuning": lambda: router_tuning_section(workdir),
         "controller": lambda: controller_section(workdir),
         "accuracy": lambda: accuracy_section(workdir),
+        "batching": lambda: batching_section(workdir, shards[0]),
         "runtime": lambda: runtime_section(workdir),
     }
     sections = {}
