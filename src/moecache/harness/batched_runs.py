@@ -108,6 +108,8 @@ def decode_shapes(settings, model, sequences, trace_path, planned: list) -> dict
                     arch["num_experts"],
                     arch["num_experts_per_tok"],
                     shape.size,
+                    # A prefill's union spans the prompt's P tokens of every sequence.
+                    shape.size * arch["num_experts_per_tok"] * max(1, shape.prefill),
                 )
                 arm = off.arm(name, make, capacities[name], block=UnionBlock)
                 reads = any(b.policy.needs_future for b in arm.blocks.values())

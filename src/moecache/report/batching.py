@@ -57,11 +57,12 @@ def replay_rows(paths) -> list[dict]:
 
 def harness_rows(paths) -> list[dict]:
     """One row per batched run: steady copies and ms per sequence-token (95% interval),
-    Delta NLL, prefill copies and seconds."""
+    Delta NLL, and a prefill's copies and milliseconds per sequence."""
     rows = []
     for path in paths:
         report = read(path)
-        totals = report["totals"]
+        totals, sequences = report["totals"], len(report["sequences"])
+        prefill = "prefill_seconds" in totals
         rows.append(
             {
                 "source": "harness",
@@ -72,10 +73,8 @@ def harness_rows(paths) -> list[dict]:
                 "ms_per_token": totals["ms_per_sequence_token"],
                 "ms_ci": totals["ms_per_sequence_token_ci"],
                 "delta_nll": totals["delta_nll"],
-                "prefill_copies": totals.get("prefill_copies"),
-                "prefill_ms": 1e3 * totals["prefill_seconds"]
-                if "prefill_seconds" in totals
-                else None,
+                "prefill_copies": totals["prefill_copies"] / sequences if prefill else None,
+                "prefill_ms": 1e3 * totals["prefill_seconds"] / sequences if prefill else None,
                 "sequence_tokens": totals["timed_tokens"],
             }
         )

@@ -13,7 +13,8 @@ checks), `runs` (every run at 1x on the first shard), `cost_model` (Table 1's co
 check), `replay` (trace replay per capacity, bounds, foresight, the sweep and the replay
 benchmark), `learned` (the learned eviction scorers' share of the gap), `router_tuning`
 (Table 3's copies and the gap verdicts), `controller` (the controller appendix),
-`accuracy` (Table 2), `batching` (batched decoding against B) and `runtime` (seconds per stage, summed from `benchmarks/`).
+`accuracy` (Table 2), `batching` (batched decoding against B) and `runtime` (seconds per
+stage, summed from `benchmarks/`).
 """
 
 from __future__ import annotations

@@ -48,11 +48,11 @@ def harness_frame(rows: list[dict]) -> pd.DataFrame:
                 "ms per sequence-token": r["ms_per_token"],
                 "95% interval": f"{low:.2f}-{high:.2f}",
                 "delta NLL": r["delta_nll"],
-                "prefill copies": r["prefill_copies"],
-                "prefill ms": r["prefill_ms"],
+                "prefill copies per sequence": r["prefill_copies"],
+                "prefill ms per sequence": r["prefill_ms"],
             }
         )
-    return pd.DataFrame(out)
+    return pd.DataFrame(out).astype(object).where(lambda frame: frame.notna(), "")
 
 
 def order(shape) -> tuple:
@@ -107,7 +107,7 @@ def table_batching(replay, batched) -> Table:
             "sequences of the first shard, each cut to a share of its length): steady copies "
             "and ms per sequence-token (95% interval over the timed steps), Delta NLL against "
             "the unmodified model on the same sequences, and with a prefill its copies and "
-            "milliseconds, apart from decoding's."
+            "milliseconds per sequence, apart from decoding's (blank without one)."
         },
         verdicts={"": verdicts(rows)},
     )
