@@ -172,13 +172,15 @@ def report(settings, shard, name, shape: BatchShape, result: dict, interleaved) 
 
 
 def step_intervals(batch_rows: list[dict], seed: int) -> dict:
-    """ms per sequence-token with its 95% interval, resampling the timed steps (a step's
-    seconds over the sequences it ran): at large B a shard is one batch, so batches are
-    too few to resample."""
+    """ms per step and per sequence-token with their 95% intervals, resampling the timed
+    steps (a step's seconds, and the sequences it ran): at large B a shard is one batch, so
+    batches are too few to resample."""
     seconds = [1e3 * s for row in batch_rows for s in row["step_seconds_each"]]
     running = [n for row in batch_rows for n in row["running_each"]]
     return {
         "steps_timed": len(seconds),
+        "ms_per_step": sum(seconds) / len(seconds),
+        "ms_per_step_ci": bootstrap_ratio(seconds, [1] * len(seconds), seed),
         "ms_per_sequence_token": sum(seconds) / sum(running),
         "ms_per_sequence_token_ci": bootstrap_ratio(seconds, running, seed),
     }
