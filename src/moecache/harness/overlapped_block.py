@@ -56,13 +56,7 @@ class OverlappedBlock(PooledMoeBlock):
         if plan.admit or plan.evict:
             pool.settle(plan.evict)
             pool.apply(plan)
-        if self.policy.restricts:
-            weights, index = self.restrict(logits, pool.resident)
-            used = index[0].tolist()
-            slots, weights = self.send([pool.slot_of[e] for e in used], weights[0].numpy(), dtype)
-        else:
-            used = request
-            slots, weights = self.send([pool.slot_of[e] for e in used]), top_weights
+        used, slots, weights = self.chosen(request, top_weights, dtype, logits)
         kept = logits if probs is None else probs
         self.trace.append((t, request, used, len(plan.admit), plan.refresh, lap, kept))
         out = self.experts_output(x, used, slots, weights)

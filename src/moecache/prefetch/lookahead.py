@@ -19,5 +19,5 @@ class Lookahead(Prefetcher):
         ahead = [demand for demand in ahead if demand is not None]
         if not ahead:
             return None
-        experts = [e for demand in ahead for e in demand]
+        experts = list(dict.fromkeys(e for demand in ahead for e in demand))
         return Want(block, t + len(ahead), experts)
