@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from moecache import policies
 from moecache.errors import MoecacheError
+from moecache.harness import overlap
 from moecache.harness.link import SlowLink
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.pooled_block import PooledMoeBlock
@@ -259,6 +260,7 @@ def sequence_row(ids, s: dict) -> dict:
         "copy_groups": sum(p.groups for p in pools),
         "fills": s["first_fills"] + sum(p.fills for p in pools),
         "steady": sum(p.steady for p in pools),
+        **overlap.sequence_counts(pools),  # overlapped runs only
     }
 
 
@@ -407,6 +409,7 @@ def totals(rows, repeats: int = 1, seed: int = 0) -> dict:
         "step_ms": 1e3 * steps / timed,
         "step_ms_ci": step_ci,
         "repeats": repeats,
+        **overlap.totals(rows),  # overlapped runs only
     }
 
 

@@ -102,20 +102,25 @@ class PooledMoeBlock(nn.Module):
         plan = self.policy.plan(self.t, request, probs, pool.resident)
         if plan.admit or plan.evict:
             pool.apply(plan)
-        if self.policy.restricts:
-            # The model's own selection among the resident experts (the adapter's).
-            weights, index = self.restrict(logits, pool.resident)
-            used = index[0].tolist()
-            slots, weights = self.send([pool.slot_of[e] for e in used], weights[0].numpy(), dtype)
-        else:
-            used = request
-            slots, weights = self.send([pool.slot_of[e] for e in used]), top_weights
+        used, slots, weights = self.chosen(request, top_weights, dtype, logits)
         kept = logits if probs is None else probs
         self.trace.append((self.t, request, used, len(plan.admit), plan.refresh, lap, kept))
         self.t += 1
         if self.send.host_ids:  # the per-expert kernel itself, given the slot ids as a list
             return per_expert_forward(pool.kernel, x, slots, weights)
         return pool.kernel(x, slots, weights)
+
+    def chosen(self, request: list[int], top_weights, dtype, logits):
+        """(experts used, their slot ids and weights as the kernel takes them): the request,
+        or for a restricting policy the model's own selection among the residents."""
+        pool = self.pool
+        if not self.policy.restricts:
+            return request, self.send([pool.slot_of[e] for e in request]), top_weights
+        # The model's own selection among the resident experts (the adapter's).
+        weights, index = self.restrict(logits, pool.resident)
+        used = index[0].tolist()
+        slots, weights = self.send([pool.slot_of[e] for e in used], weights[0].numpy(), dtype)
+        return used, slots, weights
 
     def probabilities(self, router_logits: torch.Tensor) -> torch.Tensor:
         return self.adapter.probabilities(router_logits)

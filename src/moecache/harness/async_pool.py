@@ -1,0 +1,174 @@
+"""An expert pool whose copies run beside the compute (copy_engine.py), with prefetching.
+
+Same slots and kernel as the blocking ExpertPool; `apply(plan)` submits the plan's copies
+and returns, and the block waits on an expert (`wait`) right before computing with it.
+`prefetch(experts, deadline, victims)` asks for copies ahead of demand; the eviction rule
+names the victims (`victims`), never among the protected experts: those the current token
+needs and those in flight. In flight means copied for a token not yet over (a demand copy
+until the compute waited on it, a prefetch until used or until its last token has passed),
+a set that depends on the decoding alone, never on how fast the copies ran, so that the
+counts repeat exactly. Evicting a protected expert is refused; evicting one whose copy may
+still be running waits for it first (a slot is reused only once its copy has landed).
+
+Counts, per sequence: demand and prefetch copies, prefetches used by a token before their
+eviction or deadline, prefetches wasted (evicted, or left unused), the seconds the compute
+stalled on copies, the copy seconds hidden under compute, and the block's own seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Collection
+
+from moecache.errors import MoecacheError
+from moecache.harness.pool import ExpertPool, HostExperts
+from moecache.harness.timing import Lap
+from moecache.policies import Plan
+
+# victims(protected, count): up to `count` residents outside `protected`, by the rule.
+Victims = Callable[[set, int], list]
+
+
+class AsyncExpertPool(ExpertPool):
+    def __init__(self, host: HostExperts, capacity: int, multiplier: int, link, engine):
+        self.engine = engine
+        self.tickets_of: dict = {}  # expert -> the ticket of a copy not yet waited on
+        self.in_flight: dict = {}  # expert -> the last token its copy is for
+        self.prefetched: dict = {}  # expert -> deadline, a prefetch not yet used
+        self.needed: frozenset = frozenset()
+        self.token = 0  # the token being decoded (begin)
+        super().__init__(host, capacity, multiplier, link)
+
+    def reset(self) -> None:
+        """An empty pool for a new sequence, once every copy has landed (not counted)."""
+        for ticket in self.tickets_of.values():
+            self.engine.wait(ticket).seconds()
+        self.tickets_of, self.in_flight, self.prefetched = {}, {}, {}
+        super().reset()
+
+    def clear_counts(self) -> None:
+        super().clear_counts()
+        self.demand_copies = self.prefetch_copies = 0
+        self.prefetch_used = self.prefetch_wasted = 0
+        # The compute's waits on copies: the laps the blocking pool's rows read as copy time.
+        self.stalls: list[Lap] = self.laps
+        self.tickets = list(self.tickets_of.values())  # every copy counted, for its time
+        self.spans: list[Lap] = []  # the block's own time per token
+        self.prefetched = {}  # those left from before count neither as used nor as wasted
+
+    def begin(self, t: int, request, needed: Collection[int]) -> None:
+        """Token t requests `request`; `needed` are protected until `end(t)`."""
+        self.token, self.needed = t, frozenset(needed)
+        for e in request:
+            if self.prefetched.pop(e, None) is not None:
+                self.prefetch_used += 1
+
+    def end(self, t: int) -> None:
+        """Token t is over: copies for it (or earlier) are no longer in flight."""
+        self.needed = frozenset()
+        for e in [e for e, last in self.in_flight.items() if last <= t]:
+            del self.in_flight[e]
+        for e in [e for e, last in self.prefetched.items() if last <= t]:
+            del self.prefetched[e]
+            self.prefetch_wasted += 1
+
+    def settle(self, experts) -> None:
+        """The compute waits for whichever of `experts` are in flight (a victim the rule
+        chose without knowing), so that they may be evicted."""
+        for e in experts:
+            if e in self.in_flight:
+                self.wait(e)
+
+    def apply(self, plan: Plan) -> None:
+        self.evict(plan.evict)
+        self.submit(plan.admit, deadline=None)
+
+    def prefetch(self, experts, deadline: int, victims: Victims) -> None:
+        """Copy `experts` (in this order, as many as room allows) for tokens up to
+        `deadline`, evicting what `victims` names."""
+        wanted = list(dict.fromkeys(experts))[: self.capacity]
+        missing = [e for e in wanted if e not in self.slot_of]
+        short = len(missing) - len(self.free)
+        if short > 0:
+            chosen = victims(self.protected() | set(wanted), short)
+            self.evict(chosen)
+            missing = missing[: len(self.free)]
+        self.submit(missing, deadline)
+
+    def protected(self) -> set:
+        return set(self.needed) | set(self.in_flight)
+
+    def evict(self, victims) -> None:
+        absent = sorted(set(victims).difference(self.slot_of))
+        if absent:
+            raise MoecacheError(f"pool: cannot evict expert(s) {absent}, not resident")
+        refused = sorted(set(victims) & self.protected())
+        if refused:
+            raise MoecacheError(
+                f"pool: refused to evict expert(s) {refused}, needed by the current token "
+                "or in flight"
+            )
+        for e in victims:
+            if e in self.tickets_of:  # its slot is reused only once its copy has landed
+                self.wait(e)
+            self.free.append(self.slot_of.pop(e))
+            if self.prefetched.pop(e, None) is not None:
+                self.prefetch_wasted += 1
+
+    def submit(self, experts, deadline: int | None) -> None:
+        """Queue copies of `experts`: on demand (deadline None) or prefetched."""
+        if not experts:
+            return
+        for e in experts:
+            slot = self.free.pop()
+            self.slot_of[e] = slot
+            ticket = self.engine.submit(e, functools.partial(self.copy, e, slot))
+            self.tickets_of[e] = ticket
+            self.tickets.append(ticket)
+            self.in_flight[e] = self.token if deadline is None else deadline
+            if deadline is not None:
+                self.prefetched[e] = deadline
+        if deadline is None:
+            self.demand_copies += len(experts)
+        else:
+            self.prefetch_copies += len(experts)
+        self.count_insertions(len(experts))
+
+    def count_insertions(self, copies: int) -> None:
+        """As the blocking pool counts: the group that first fills the pool still fills."""
+        self.groups += 1
+        if self.been_full:
+            self.steady += copies
+        else:
+            self.fills += copies
+            self.been_full = len(self.slot_of) == self.capacity
+
+    def copy(self, e: int, slot: int) -> None:
+        host = self.host
+        for name, slots in host.slots.items():
+            slots[slot].copy_(host.host[name][e], non_blocking=host.pinned)
+
+    def wait(self, e: int) -> None:
+        """Right before expert `e` is used: wait for its copy, the wait counted as stall."""
+        self.in_flight.pop(e, None)
+        ticket = self.tickets_of.pop(e, None)
+        if ticket is not None:
+            self.stalls.append(self.engine.wait(ticket))
+
+    def counts(self) -> dict:
+        """This sequence's counts, once every copy has landed (the waits here not counted)."""
+        for ticket in self.tickets_of.values():
+            self.engine.wait(ticket).seconds()
+        stall = sum(lap.seconds() for lap in self.stalls)
+        busy = sum(ticket.seconds() for ticket in self.tickets)
+        return {
+            "demand_copies": self.demand_copies,
+            "prefetch_copies": self.prefetch_copies,
+            "prefetch_used": self.prefetch_used,
+            # Those still unused at the end of the sequence are wasted too.
+            "prefetch_wasted": self.prefetch_wasted + len(self.prefetched),
+            "stall_seconds": stall,
+            # While the compute stalls the copy engine is busy, so the rest is hidden.
+            "hidden_copy_seconds": max(0.0, busy - stall),
+            "block_seconds": sum(lap.seconds() for lap in self.spans),
+        }

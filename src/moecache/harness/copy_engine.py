@@ -1,0 +1,141 @@
+"""Asynchronous expert copies: a copy engine beside the compute, one ticket per expert.
+
+The blocking pool (pool.py) copies on the compute's own path; here the copies run beside it
+and the compute waits on an expert's ticket only right before it uses that expert. The
+time the compute spent waiting is the stall; the copy time not waited for is hidden.
+
+- CPU (`HostCopyEngine`): one worker thread takes copies from a queue, in order, on a core
+  of its own (torch releases the GIL in `copy_`). A copy multiplier m is the worker really
+  taking m times as long: after the copy it sleeps until m times the copy's own time has
+  passed, so its core idles and the compute core is untouched. Timed on the monotonic clock.
+- CUDA (`DeviceCopyEngine`): a copy stream beside the compute stream, from pinned host
+  memory; one event pair per expert; the compute stream waits on an expert's end event only
+  when about to use it, and that wait is timed with events on the compute stream. The
+  multiplier is the slower link's ring (link.py), queued on the copy stream.
+
+Both engines copy in submission order, so a slot reused by a later copy is written after the
+earlier copy into it has landed.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+from moecache.errors import MoecacheError
+from moecache.harness.link import SlowLink
+from moecache.harness.timing import Lap
+
+
+class HostTicket:
+    """One expert's copy on the worker: `start` and `end` on time.perf_counter()."""
+
+    def __init__(self, expert: int):
+        self.expert, self.start, self.end, self.error = expert, None, None, None
+        self.landed = threading.Event()
+
+    def seconds(self) -> float:
+        """The worker's time on this copy, its hold included (read once it has landed)."""
+        return self.end - self.start
+
+
+class HostCopyEngine:
+    def __init__(self, multiplier: int):
+        if multiplier < 1:
+            raise MoecacheError(f"copy multiplier {multiplier} must be >= 1")
+        # The compute keeps one core and the copy worker takes another: with torch's own
+        # thread pool on every core, the worker's copies would slow the compute they overlap.
+        torch.set_num_threads(1)
+        self.multiplier = multiplier
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        worker = threading.Thread(target=self.serve, name="moecache-copy", daemon=True)
+        worker.start()
+
+    def submit(self, expert: int, copy: Callable[[], None]) -> HostTicket:
+        ticket = HostTicket(expert)
+        self.jobs.put((copy, ticket))
+        return ticket
+
+    def serve(self) -> None:
+        while True:
+            copy, ticket = self.jobs.get()
+            ticket.start = time.perf_counter()
+            try:
+                copy()
+            except Exception as error:  # handed to whoever waits on the ticket
+                ticket.error = error
+            self.hold(ticket.start, time.perf_counter() - ticket.start)
+            ticket.end = time.perf_counter()
+            ticket.landed.set()
+
+    def hold(self, started: float, copied: float) -> None:
+        """A link m times slower: sleep (no spinning: a spinning thread would hold the GIL
+        and load the compute) until m times the copy's own time has passed."""
+        rest = started + self.multiplier * copied - time.perf_counter()
+        if rest > 0:
+            time.sleep(rest)
+
+    def wait(self, ticket: HostTicket) -> Lap:
+        """Block until `ticket` has landed; the lap is the time the compute stalled."""
+        stalled = 0.0
+        if not ticket.landed.is_set():
+            began = time.perf_counter()
+            ticket.landed.wait()
+            stalled = time.perf_counter() - began
+        if ticket.error is not None:
+            raise MoecacheError(f"copy of expert {ticket.expert}: {ticket.error}")
+        return Lap(seconds_=stalled)
+
+
+class DeviceTicket:
+    """One expert's copy on the copy stream, between two timing events."""
+
+    def __init__(self, expert: int):
+        self.expert = expert
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def seconds(self) -> float:
+        return Lap(self.start, self.end).seconds()
+
+
+class DeviceCopyEngine:
+    def __init__(self, device: torch.device, multiplier: int, link: SlowLink):
+        self.device, self.multiplier, self.link = device, multiplier, link
+        self.stream = torch.cuda.Stream(device)
+
+    def submit(self, expert: int, copy: Callable[[], None]) -> DeviceTicket:
+        compute = torch.cuda.current_stream(self.device)
+        # The slot may still be read by compute queued before this copy: wait for it.
+        queued = torch.cuda.Event()
+        queued.record(compute)
+        ticket = DeviceTicket(expert)
+        with torch.cuda.stream(self.stream):
+            self.stream.wait_event(queued)
+            ticket.start.record(self.stream)
+            copy()
+            self.link.repeat(self.multiplier - 1)  # the slower link's ring, on this stream
+            ticket.end.record(self.stream)
+        return ticket
+
+    def wait(self, ticket: DeviceTicket) -> Lap:
+        """The compute stream waits for the copy; the lap times that wait (read later)."""
+        compute = torch.cuda.current_stream(self.device)
+        before = torch.cuda.Event(enable_timing=True)
+        after = torch.cuda.Event(enable_timing=True)
+        before.record(compute)
+        compute.wait_event(ticket.end)
+        after.record(compute)
+        return Lap(before, after)
+
+
+def make(device, multiplier: int, link: SlowLink):
+    """The copy engine for `device`: a copy stream on CUDA, a copy worker on a CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return DeviceCopyEngine(device, multiplier, link)
+    return HostCopyEngine(multiplier)
