@@ -42,10 +42,10 @@ def replay_outputs():
 
 
 def replayed_batched(shard=None):
-    """The batched replay of the first trace shard (or `shard`) at every shape of
-    replay.batch_sizes (harness.batched's batching modes and prefills)."""
-    shapes = batch_shapes(
-        config["replay"].get("batch_sizes", []), config["harness"].get("batched", {})
-    )
+    """The batched replay of the first trace shard (or `shard`) at every B of
+    replay.batch_sizes, in harness.batched's batching modes, without prefill (the
+    harness reports the prefill's copies; `moecache replay --prefill` replays them)."""
+    batching = config["harness"].get("batched", {}).get("batching", ["static"])
+    shapes = batch_shapes(config["replay"].get("batch_sizes", []), {"batching": batching})
     shard = shard or TRACE_SHARDS[0]
     return [f"results/replay/{shard}/batched/{shape}.json" for shape in shapes]
