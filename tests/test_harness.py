@@ -447,7 +447,7 @@ def test_decode_results_from_the_pipeline(smoke_run):
     config = load_yaml(SMOKE)
     runs = config["harness"]["runs"]
     decoded = {json.loads(p.read_text())["policy"] for p in smoke_run.glob("results/runs/*/*")}
-    # Every policy runs closed loop, the zoo's best two as in the embedded default (each zoo
+    # Every policy runs closed loop, and the zoo's best two in replay (each zoo
     # rule's harness path equals its replay: tests/test_zoo.py); learned scorers decode in
     # the learned stage's own closed-loop job (tests/test_learned.py).
     # The oracle set runs in the accuracy stage (tests/test_accuracy.py).
