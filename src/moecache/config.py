@@ -188,9 +188,30 @@ def check_runs(config: dict) -> None:
                 f"{where}.multipliers: copy multipliers above 1 run on the first shard "
                 f"{first!r}, which this run does not decode"
             )
-        if policy.needs_future:
+        if needs_trace(policy, run, where):
             if not set(run.get("shards", shards)) <= set(trace.get("shards", shards)):
                 raise ConfigError(f"{where}.shards: {harness['trace_run']} has no trace there")
+
+
+def needs_trace(policy, run: dict, where: str) -> bool:
+    """Whether `run` reads the trace run's demand (farthest-future, a trace prefetcher);
+    a prefetch without overlap, or an unknown prefetcher, refuses with one line."""
+    from moecache import prefetch
+
+    if "prefetch" in run and not run.get("overlap"):
+        raise ConfigError(f"{where}.prefetch: prefetching needs overlap: true")
+    if not run.get("overlap"):
+        return policy.needs_future
+    try:
+        prefetcher = prefetch.make(run.get("prefetch", "none"), run.get("prefetch_params"))
+    except MoecacheError as error:
+        raise ConfigError(f"{where}.prefetch: {error}") from None
+    if prefetcher.name != "none" and (policy.restricts or policy.needs_probs):
+        raise ConfigError(
+            f"{where}.prefetch: {prefetcher.name} needs a lossless eviction rule that ranks "
+            f"without the router's probabilities, not {policy.name}"
+        )
+    return policy.needs_future or prefetcher.needs_trace
 
 
 def check_batched(config: dict) -> None:
@@ -224,6 +245,8 @@ def check_batched(config: dict) -> None:
             )
         if first not in run.get("shards", [first]):
             raise ConfigError(f"{where}.runs: {name!r} does not decode the first shard {first!r}")
+        if run.get("overlap"):
+            raise ConfigError(f"{where}.runs: {name!r} overlaps its copies (batch one only)")
 
 
 def check_replay(config: dict) -> None:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.harness import decode, link, trace
+from moecache.harness.overlapped_block import overlapped
 from moecache.policies.all_resident import AllResident
 from moecache.runs import RunName
 
@@ -33,6 +34,7 @@ class RunSpec:
     reads: str | None  # the label whose demand it reads (farthest-future), else None
     make: Callable[[], object]  # a fresh policy
     limit: int | None = None  # decodes only the first this many sequences (None: all)
+    block: Callable[[], object] | None = None  # an overlapped run's blocks (None: blocking)
 
     @property
     def label(self) -> str:
@@ -117,12 +119,29 @@ def resident_spec(settings: dict) -> RunSpec:
 
 
 def run_spec(settings: dict, name: str, spec: dict, multiplier: int, limit=None) -> RunSpec:
-    """One run at one multiplier; a bad policy refuses with one line."""
+    """One run at one multiplier; a bad policy or prefetcher refuses with one line."""
     harness, arch = settings["harness"], settings["model"]["architecture"]
     capacity = spec.get("capacity", harness["capacity"])
     make = decode.policy_factory(spec, capacity, arch["num_experts"], arch["num_experts_per_tok"])
-    reads = str(RunName(harness["trace_run"])) if make().needs_future else None
-    return RunSpec(name, spec, capacity, multiplier, reads, make, limit)
+    block = overlapped_blocks(spec)
+    traced = make().needs_future or (block is not None and block().prefetcher.needs_trace)
+    reads = str(RunName(harness["trace_run"])) if traced else None
+    return RunSpec(name, spec, capacity, multiplier, reads, make, limit, block)
+
+
+def overlapped_blocks(spec: dict):
+    """An overlapped run's (`overlap: true`) factory of its arm's blocks: asynchronous
+    copies and its prefetcher (harness/overlapped_block.py); None for a blocking run."""
+    if not spec.get("overlap"):
+        return None
+    prefetch, params = spec.get("prefetch", "none"), spec.get("prefetch_params", {})
+    overlapped(prefetch, **params)  # fails now, with one line, on a bad name or parameter
+    return lambda: overlapped(prefetch, **params)
+
+
+def block_of(run: RunSpec) -> dict:
+    """Offload.arm's `block` keyword for `run` (none: the blocking pooled block)."""
+    return {} if run.block is None else {"block": run.block()}
 
 
 def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> Decoded:
@@ -142,7 +161,7 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
         link=link.configured(harness),
     ) as off:
         arms = [
-            off.arm(label, run.make, run.capacity, 1, run.reads, run.limit)
+            off.arm(label, run.make, run.capacity, 1, run.reads, run.limit, **block_of(run))
             for label, run in runs.items()
             if run.multiplier == 1
         ]
@@ -196,7 +215,8 @@ def decode_scaled(settings, model, sequences, off, group: list[RunSpec], demand)
     run = group[0]  # every run of the group decodes one spec
     labels = [(str(RunName(run.name).twin), 1)] + [(r.label, r.multiplier) for r in group]
     arms = [
-        off.arm(label, run.make, run.capacity, m, run.reads, own_slots=True) for label, m in labels
+        off.arm(label, run.make, run.capacity, m, run.reads, own_slots=True, **block_of(run))
+        for label, m in labels
     ]
     return decode.decode(
         model,
@@ -254,6 +274,9 @@ def results_report(settings, runs, decoded: Decoded, label, shard, gates_path) -
         "run": run.name,
         "policy": run.spec["policy"],
         "params": run.spec.get("params", {}),
+        "overlap": bool(run.spec.get("overlap")),
+        "prefetch": run.spec.get("prefetch", "none") if run.spec.get("overlap") else None,
+        "prefetch_params": run.spec.get("prefetch_params", {}),
         "capacity": run.capacity,
         "multiplier": run.multiplier,
         "shard": shard,

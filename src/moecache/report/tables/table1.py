@@ -12,18 +12,22 @@ import pandas as pd
 from moecache.atomic import read_json as read
 from moecache.errors import MoecacheError
 from moecache.report import cost_model
+from moecache.report.tables import overlap
 from moecache.report.tables.base import Table, not_produced
 
 
 def policies_frame(runs) -> pd.DataFrame:
     rows = []
     for path in runs:
-        p = cost_model.point(read(path), path=path)
+        report = read(path)
+        p = cost_model.point(report, path=path)
         rows.append(
             {
                 "run": p.run,
                 "policy": p.policy,
                 "routing": "restricted" if p.restricts else "preserved",
+                # Overlapped runs: their prefetcher; their copy share is the stall's.
+                "overlap": report.get("prefetch") or "" if overlap.overlapped(report) else "",
                 "delta_nll": p.delta_nll,
                 "tokens_per_second": p.tokens_per_second,
                 "tokens_per_second_lo": p.tokens_per_second_ci[0],
@@ -125,6 +129,8 @@ def cost_model_part(runs, scaled, bandwidth) -> CostModelPart:
     the rows of Table 1's cost-model part and the winner checks."""
     own = read(bandwidth[0])
     tau1 = cost_model.tau_1x(own)
+    # Equation (1) prices blocking copies: overlapped runs are Table 1's overlapped part.
+    runs, scaled = blocking(runs), blocking(scaled)
     points = [cost_model.point(read(path), tau1, path) for path in runs]
     measured = scaled_points(scaled)
     taus = {m: cost_model.tau_at(own, m, bandwidth[0]) for m in {s.multiplier for s in measured}}
@@ -137,6 +143,10 @@ def cost_model_part(runs, scaled, bandwidth) -> CostModelPart:
         row["predicted_winner"] = row["run"] == c.get("predicted_winner")
         row["measured_winner"] = row["run"] == c.get("measured_winner")
     return CostModelPart(tau1, rows, checks, orphans)
+
+
+def blocking(paths) -> list:
+    return [path for path in paths if not overlap.overlapped(read(path))]
 
 
 COST_COLUMNS = [
@@ -167,6 +177,16 @@ def table1(runs, scaled, bandwidth, gpu_check=()) -> Table:
     if part.orphans:
         notes.append(f"Left out, no 1x run to take n and c from: {', '.join(part.orphans)}.")
     devices = devices_frame(bandwidth, gpu_check, notes)
+    parts = {
+        "policies": policies_frame(runs),
+        "devices": devices,
+        "cost_model": pd.DataFrame(part.rows, columns=COST_COLUMNS),
+    }
+    overlapped = overlap.overlapped_frame([*runs, *scaled])
+    captions = {}
+    if len(overlapped):
+        parts["overlapped"] = overlapped
+        captions["overlapped"] = OVERLAPPED_CAPTION
     return Table(
         "table1",
         "Table 1. Quality, speed and copies per policy; copy time per device",
@@ -187,15 +207,23 @@ def table1(runs, scaled, bandwidth, gpu_check=()) -> Table:
         "time at m; against the measured ms per token of each run repeated at m, with its "
         "95% interval, the relative error (predicted / measured - 1) and whether it is "
         "within 5%.",
-        {
-            "policies": policies_frame(runs),
-            "devices": devices,
-            "cost_model": pd.DataFrame(part.rows, columns=COST_COLUMNS),
-        },
+        parts,
         [*runs, *scaled, *bandwidth, *gpu_check],
         notes,
+        part_captions=captions,
         verdicts={"": part.verdicts()},
     )
+
+
+OVERLAPPED_CAPTION = (
+    "Runs whose copies overlap compute (`overlap: true`: a copy stream on a GPU, a copy "
+    "worker on its own core on a CPU), each beside the blocking run of the same policy at "
+    "the same multiplier: ms per token with its 95% interval, the ms per token compute "
+    "stalled on copies and the copy time hidden under compute, demand and prefetch copies "
+    "per token, and the prefetcher's accuracy (the share of its copies used by the token "
+    "they were fetched for) and wasted copies. Equation (1), a model of blocking copies, "
+    "is not applied to them."
+)
 
 
 def table_replication(runs, replication) -> Table:
