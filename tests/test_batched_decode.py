@@ -6,14 +6,12 @@ replay derives from the batch-one trace, copy exactly what the batched replay co
 from __future__ import annotations
 
 import pytest
-import torch
-from test_families import ARCH  # the same tiny architecture as the families' gates
+from sharp_model import random_sequences, sharp_model
 
 from moecache.errors import MoecacheError
 from moecache.harness import batched, decode, gates, trace
 from moecache.harness.pool import ExpertPool
 from moecache.harness.union_block import UnionBlock
-from moecache.model import tiny
 from moecache.replay import batch as replay_batch
 from moecache.replay.demand import PAD
 from moecache.replay.engine import parse_rule
@@ -25,16 +23,12 @@ RULES = ["lru", "farthest-future", "decayed-frequency", "lirs"]
 
 @pytest.fixture(scope="module")
 def model():
-    built = tiny.model("olmoe", ARCH, vocab_size=300, seed=0)
-    with torch.no_grad():
-        built.lm_head.weight.mul_(20)  # sharp: a wrong expert shows in the NLL
-    return built
+    return sharp_model()
 
 
 @pytest.fixture(scope="module")
 def sequences():
-    generator = torch.Generator().manual_seed(1)
-    return [torch.randint(0, 290, (n,), generator=generator).tolist() for n in LENGTHS]
+    return random_sequences(LENGTHS)
 
 
 @pytest.fixture(scope="module")

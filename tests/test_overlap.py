@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_families import ARCH  # the same tiny architecture as the families' gates
+from sharp_model import random_sequences, sharp_model
 
 from moecache import policies
 from moecache.errors import MoecacheError
@@ -22,7 +22,6 @@ from moecache.harness.link import SlowLink
 from moecache.harness.overlapped_block import overlapped, rule_victims
 from moecache.harness.pool import HostExperts
 from moecache.model import tiny
-from moecache.model.kernel import PER_EXPERT
 from moecache.policies import Plan
 from moecache.replay import bound
 
@@ -32,17 +31,12 @@ LENGTHS = [14, 9, 11]
 
 @pytest.fixture(scope="module")
 def model():
-    built = tiny.model("olmoe", ARCH, vocab_size=300, seed=0)
-    built.config._experts_implementation = PER_EXPERT  # experts one by one: overlappable
-    with torch.no_grad():
-        built.lm_head.weight.mul_(20)  # sharp: a wrong expert shows in the NLL
-    return built
+    return sharp_model(per_expert=True)
 
 
 @pytest.fixture(scope="module")
 def sequences():
-    generator = torch.Generator().manual_seed(1)
-    return [torch.randint(0, 290, (n,), generator=generator).tolist() for n in LENGTHS]
+    return random_sequences(LENGTHS)
 
 
 def run(model, sequences, arms_of, multiplier=1):

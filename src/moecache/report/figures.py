@@ -291,60 +291,58 @@ def draw_batching_column(axes, rows, mode: str) -> None:
     shapes = batching.shapes(rows, mode)
     sizes = [s.size for s in shapes]
     colors = dict(zip(batching.SHOWN, plt.get_cmap("tab10").colors, strict=False))
-    for rule in batching.NAMED:
-        found = [batching.replayed(rows, s, rule) for s in shapes]
-        axes[0].plot(
+    zoo = [batching.best_zoo(rows, s) for s in shapes]
+    lines = {rule: [batching.replayed(rows, s, rule) for s in shapes] for rule in batching.NAMED}
+    for name, found in {**lines, "best zoo": zoo}.items():
+        label = "best zoo rule" if name == "best zoo" else name
+        line(
+            axes[0],
             sizes,
             [r["copies_per_token"] for r in found],
+            colors[name],
             "-",
-            color=colors[rule],
-            label=f"{rule} (replay)",
+            f"{label} (replay)",
         )
-    zoo = [batching.best_zoo(rows, s) for s in shapes]
-    axes[0].plot(
-        sizes,
-        [r["copies_per_token"] for r in zoo],
-        "-",
-        color=colors["best zoo"],
-        label="best zoo rule (replay)",
-    )
-    for r in rows:
-        if r["source"] == "harness" and r["shape"] in shapes:
-            color = colors.get(r["rule"], colors["other"])
-            low, high = r["ms_ci"]
-            axes[0].plot(r["shape"].size, r["copies_per_token"], "o", color=color, ms=4)
-            axes[1].errorbar(
-                r["shape"].size,
-                r["ms_per_token"],
-                fmt="o",
-                color=color,
-                ms=4,
-                yerr=[[r["ms_per_token"] - low], [high - r["ms_per_token"]]],
-            )
-    for rule in dict.fromkeys(r["rule"] for r in rows if r["source"] == "harness"):
-        axes[1].plot(
-            [], [], "o", color=colors.get(rule, colors["other"]), label=f"{rule} (harness)"
-        )
-    gap = {
-        "decayed-frequency": [batching.replayed(rows, s, "decayed-frequency") for s in shapes],
-        "best zoo": zoo,
-    }
-    for name, found in gap.items():
-        axes[2].plot(
+    draw_harness_points(axes[:2], [r for r in rows if r["shape"] in shapes], colors)
+    for name in ("decayed-frequency", "best zoo"):
+        found = lines.get(name, zoo)
+        line(
+            axes[2],
             sizes,
             [r["gap_recovered"] for r in found],
+            colors[name],
             "s-",
-            color=colors[name],
-            label=f"{name}: share of the LRU-to-oracle gap",
+            f"{name}: share of the LRU-to-oracle gap",
         )
-    axes[2].plot(
+    line(
+        axes[2],
         sizes,
         [batching.oracle_saving(rows, s) for s in shapes],
+        colors[batching.ORACLE],
         "^--",
-        color=colors[batching.ORACLE],
-        label="farthest-future: saving, share of LRU's",
+        "farthest-future: saving, share of LRU's",
     )
     axes[2].axhline(batching.SMALL_SAVING, color="grey", lw=0.8, ls=":")
+
+
+def line(ax, x, y, color, style: str, label: str) -> None:
+    ax.plot(x, y, style, color=color, label=label)
+
+
+def draw_harness_points(axes, rows, colors) -> None:
+    """The harness's batched runs: copies (top) and ms per sequence-token with its 95%
+    interval (middle), one colour a run."""
+    harness = [r for r in rows if r["source"] == "harness"]
+    for r in harness:
+        color = colors.get(r["rule"], colors["other"])
+        low, high = r["ms_ci"]
+        axes[0].plot(r["shape"].size, r["copies_per_token"], "o", color=color, ms=4)
+        spread = [[r["ms_per_token"] - low], [high - r["ms_per_token"]]]
+        axes[1].errorbar(
+            r["shape"].size, r["ms_per_token"], yerr=spread, fmt="o", color=color, ms=4
+        )
+    for rule in dict.fromkeys(r["rule"] for r in harness):
+        line(axes[1], [], [], colors.get(rule, colors["other"]), "o", f"{rule} (harness)")
 
 
 def write(name: str, fig, sources, out_dir) -> None:
