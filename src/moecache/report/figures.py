@@ -272,7 +272,7 @@ def fig_batching(replay, batched):
     for column, mode in enumerate(batching.MODES_SHOWN):
         draw_batching_column(axes[:, column], rows, mode)
         axes[0, column].set_title(f"{mode} batching", fontsize=10)
-        axes[2, column].set_xlabel("batch size B (sequences decoded at once)")
+        axes[2, column].set_xlabel("batch size B")
     axes[0, 0].set_ylabel("copies per sequence-token")
     axes[1, 0].set_ylabel("ms per sequence-token")
     axes[2, 0].set_ylabel("share")
