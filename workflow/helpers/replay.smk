@@ -46,6 +46,8 @@ def replayed_batched(shard=None):
     replay.batch_sizes, in harness.batched's batching modes, without prefill (the
     harness reports the prefill's copies; `moecache replay --prefill` replays them)."""
     batching = config["harness"].get("batched", {}).get("batching", ["static"])
-    shapes = batch_shapes(config["replay"].get("batch_sizes", []), {"batching": batching})
+    shapes = batch_shapes(
+        config["replay"].get("batch_sizes", []), {"batching": batching}
+    )
     shard = shard or TRACE_SHARDS[0]
     return [f"results/replay/{shard}/batched/{shape}.json" for shape in shapes]
