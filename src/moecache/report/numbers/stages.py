@@ -275,6 +275,8 @@ FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     ("gates", lambda p: p.startswith("gates/")),
     ("layer probe", lambda p: p.startswith("probe/")),
     ("decode", lambda p: p.startswith("decode/")),
+    ("batched decoding", lambda p: p.startswith("batched/")),
+    ("batched replay", lambda p: p.startswith("replay/") and "/batched/" in p),
     ("optimum sweep", lambda p: p == "replay/optimum-sweep.tsv"),
     ("replay benchmark", lambda p: p == "replay/benchmark.tsv"),
     ("replay, bounds, foresight", lambda p: p.startswith("replay/")),
