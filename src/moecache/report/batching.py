@@ -114,7 +114,10 @@ def small_saving_batch(rows, batching: str) -> dict:
     (None: not within the sizes run), with the saving at every B."""
     savings = {s.size: oracle_saving(rows, s) for s in shapes(rows, batching)}
     below = [b for b, saving in savings.items() if saving is not None and saving < SMALL_SAVING]
-    return {"batching": batching, "batch": min(below, default=None), "savings": savings}
+    first = min(below, default=None)
+    # Whether every larger B stays below too (else "from B on" would overstate it).
+    stays = first is not None and all(b in below for b in savings if b >= first)
+    return {"batching": batching, "batch": first, "stays": stays, "savings": savings}
 
 
 def restricting_quality(rows, batching: str = "static") -> dict:

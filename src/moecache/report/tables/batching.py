@@ -78,9 +78,10 @@ def verdicts(rows: list[dict]) -> list[str]:
                 f"{batching.SMALL_SAVING:.0%} of LRU's copies at every B run ({saved})."
             )
         else:
+            where = "on" if found["stays"] else "first, not at every larger B"
             lines.append(
                 f"- {mode} batching: farthest-future saves less than "
-                f"{batching.SMALL_SAVING:.0%} of LRU's copies from B = {found['batch']} on "
+                f"{batching.SMALL_SAVING:.0%} of LRU's copies from B = {found['batch']} {where} "
                 f"({saved})."
             )
     for rule, by_b in batching.restricting_quality(rows).items():
