@@ -104,6 +104,11 @@ ACCEPTED = {
     "profile-model": [*ON_MODEL, "--sequences", "s", "--out", "p.json"],
     "gates": [*ON_MODEL, "--sequences", "s", "--out", "g.json"],
     "decode": [*ON_MODEL, "--sequences", "s", "--shard", "a", "--gates", "g", "--out-dir", "d"],
+    "decode-batched": [
+        *ON_MODEL,
+        *("--sequences", "s", "--shard", "a", "--gates", "g", "--trace", "t.parquet"),
+        *("--batch", "4", "--run", "lru", "--shape", "b4-static-p0", "--out-dir", "d"),
+    ],
     "probe-layers": [*ON_MODEL, "--sequences", "s", "--gates", "g", "--out", "p.json"],
     "bandwidth": [*ON_MODEL, "--out", "b.json"],
     "link-check": [*ON_MODEL, "--sequences", "s", "--out", "l.json"],
