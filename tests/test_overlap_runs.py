@@ -16,7 +16,7 @@ from moecache import config as configs
 from moecache.harness import jobs
 from moecache.model import tiny
 from moecache.report.tables import overlap as overlap_part
-from moecache.report.tables import table1
+from moecache.report.tables import table1 as build_table1
 
 RUNS = {
     "all": {"policy": "all", "capacity": 16},
@@ -94,8 +94,13 @@ def test_table1_puts_overlapped_runs_apart_from_equation_one(decoded, tmp_path):
     runs = sorted(out.glob("*-x1.json"))
     scaled = sorted(p for p in out.glob("*-x10.json"))
     bandwidth = tmp_path / "bandwidth.json"
-    bandwidth.write_text(json.dumps({"tau_ms": 0.01, "multipliers": {"10": {"tau_ms": 0.1}}}))
-    table = table1.table1(runs, scaled, [bandwidth])
+    measured = {"1": {"tau_ms": 0.01, "ratio_to_1x": 1}, "10": {"tau_ms": 0.1, "ratio_to_1x": 10}}
+    bandwidth.write_text(
+        json.dumps(
+            {"device_name": "cpu", "tau_ms": 0.01, "loop_gib_per_s": 1, "multipliers": measured}
+        )
+    )
+    table = build_table1(runs, scaled, [bandwidth])
     part = table.parts["overlapped"]
     assert set(part["run"]) == {"lru-pregate", "ff-oracle", "dwell-overlap"}
     at_10x = part[part["multiplier"] == 10].iloc[0]
