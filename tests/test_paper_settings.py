@@ -82,8 +82,10 @@ def test_paper_dag_has_every_run_shard_and_multiplier(tmp_path):
     jobs = planned_jobs(result.stdout)
     # 12 runs as in the paper's Table 1 (8 at three multipliers), and the controller at two
     # thresholds, at three multipliers.
-    # One decode job a run, shard and multiplier (harness.fan_out run).
-    assert jobs["decode"] == 34 and "run_results" not in jobs
+    # One decode job a run, shard and multiplier (harness.fan_out run): 34, and the four
+    # overlapped runs at three multipliers each; one batched job a run, B and shape.
+    assert jobs["decode"] == 34 + 4 * 3 and "run_results" not in jobs
+    assert jobs["decode_batched"] == 5 * 5 * 3 and jobs["replay_batched"] == 5 * 2
     assert jobs["heldout"] == 2 and jobs["gates"] == 2
     # The controller: 2 objectives x 3 seeds + 4 prices; 6 thresholds x 3 multipliers + the
     # compared runs at each; the longer sequences once.
@@ -91,7 +93,12 @@ def test_paper_dag_has_every_run_shard_and_multiplier(tmp_path):
     assert jobs["controller_longer"] == 1
     # Table 2: the hub's MMLU and the documentation task, every row on each.
     assert jobs["accuracy_task"] == 2 and jobs["accuracy"] == 2 and jobs["table2"] == 1
-    for target in ("results/runs/a/lru-x50.json", "results/runs/b/dwell-64-x1.json"):
+    for target in (
+        "results/runs/a/lru-x50.json",
+        "results/runs/b/dwell-64-x1.json",
+        "results/runs/a/lru-overlap-x50.json",
+        "results/batched/a/b16-continuous-p0/dwell-16.json",
+    ):
         assert target in result.stdout
 
 
