@@ -373,6 +373,8 @@ def test_replay_agrees_with_the_closed_loop_harness(smoke_run):
         for name, run in harness["runs"].items():
             if not issubclass(POLICIES[run["policy"]], EvictionPolicy):
                 continue
+            if run.get("overlap") and run.get("prefetch", "none") != "none":
+                continue  # its prefetches are insertions the replay of its rule never makes
             for path in sorted((smoke_run / "results/runs" / shard).glob(f"{name}-x*.json")):
                 closed = json.loads(path.read_text())["totals"]
                 rule = rule_text(run["policy"], run.get("params", {}))
