@@ -71,9 +71,9 @@ def cut(sequences: list, tokens: int, prefill: int) -> list:
     ]
 
 
-def futures_of(trace_path, layers, sequences: list) -> dict:
-    """The trace run's batch-one demand per layer and sequence, cut as `sequences` are."""
-    full = trace.read_futures(trace_path, layers)
+def futures_of(full: dict, sequences: list) -> dict:
+    """The trace run's batch-one demand per layer and sequence (`full`, as
+    trace.read_futures reads it), cut as `sequences` are."""
     return {
         layer: [np.asarray(per[i])[: len(ids)] for i, ids in enumerate(sequences)]
         for layer, per in full.items()
@@ -87,6 +87,7 @@ def decode_shapes(settings, model, sequences, trace_path, planned: list) -> dict
     runs = harness["runs"]
     names = {name for _, group in planned for name in group}
     capacities = {name: runs[name].get("capacity", harness["capacity"]) for name in names}
+    recorded = trace.read_futures(trace_path, layers)  # once: every shape cuts its own
     results = {}
     with decode.offloaded(
         model,
@@ -99,7 +100,7 @@ def decode_shapes(settings, model, sequences, trace_path, planned: list) -> dict
     ) as off:
         for shape, group in planned:
             cut_sequences = cut(sequences, config["tokens"], shape.prefill)
-            futures = futures_of(trace_path, layers, cut_sequences)
+            futures = futures_of(recorded, cut_sequences)
             base_sums = decode.batched_nll_sums(model, cut_sequences, device)
             for name in group:
                 make = batched.policy_factory(

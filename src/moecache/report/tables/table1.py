@@ -26,8 +26,9 @@ def policies_frame(runs) -> pd.DataFrame:
                 "run": p.run,
                 "policy": p.policy,
                 "routing": "restricted" if p.restricts else "preserved",
-                # Overlapped runs: their prefetcher; their copy share is the stall's.
-                "overlap": report.get("prefetch") or "" if overlap.overlapped(report) else "",
+                # Overlapped runs: their prefetcher (None for blocking runs); their copy
+                # share is the stall's.
+                "overlap": report.get("prefetch") or "",
                 "delta_nll": p.delta_nll,
                 "tokens_per_second": p.tokens_per_second,
                 "tokens_per_second_lo": p.tokens_per_second_ci[0],
