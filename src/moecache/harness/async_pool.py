@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Collection
 
+import torch
+
 from moecache.errors import MoecacheError
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.timing import Lap
@@ -144,9 +146,14 @@ class AsyncExpertPool(ExpertPool):
             self.been_full = len(self.slot_of) == self.capacity
 
     def copy(self, e: int, slot: int) -> None:
+        # One call for the expert's tensors: one GIL release and one retake, not one each.
         host = self.host
-        for name, slots in host.slots.items():
-            slots[slot].copy_(host.host[name][e], non_blocking=host.pinned)
+        names = list(host.slots)
+        torch._foreach_copy_(
+            [host.slots[n][slot] for n in names],
+            [host.host[n][e] for n in names],
+            non_blocking=host.pinned,
+        )
 
     def wait(self, e: int) -> None:
         """Right before expert `e` is used: wait for its copy, the wait counted as stall."""
@@ -154,6 +161,14 @@ class AsyncExpertPool(ExpertPool):
         ticket = self.tickets_of.pop(e, None)
         if ticket is not None:
             self.stalls.append(self.engine.wait(ticket))
+
+    def drain(self) -> None:
+        """The token is over: wait for every copy still running, the wait counted as stall,
+        so that no copy of this arm runs hidden under another arm's token (arms decoded token
+        by token beside it). What is in flight is unchanged: the counts do not depend on it."""
+        for ticket in self.tickets_of.values():
+            self.stalls.append(self.engine.wait(ticket))
+        self.tickets_of = {}
 
     def counts(self) -> dict:
         """This sequence's counts, once every copy has landed (the waits here not counted)."""

@@ -233,6 +233,8 @@ def decode_tokens(model, arms: list[Arm], ids, device, own=None, futures=None, t
                 use(model, arm, own)
             watch.start()
             logits = model(input_ids=x[:, t : t + 1], cache=s["cache"], use_cache=True).logits
+            for pool in s["pools"]:  # an overlapped arm's copies end with its token
+                pool.drain()
             seconds = watch.stop()  # waits for the device, so the copy timers can be read
             if t + 1 < len(ids):
                 s["nll_sum"] -= torch.log_softmax(logits[0, -1].float(), -1)[ids[t + 1]].item()

@@ -16,6 +16,7 @@ SUMMED = (
     "prefetch_wasted",
     "stall_seconds",
     "hidden_copy_seconds",
+    "block_seconds",  # the MoE blocks' own time, stalls included (the rest is outside them)
 )
 
 

@@ -84,6 +84,9 @@ class ExpertPool:
         self.charged = 0.0  # seconds a charged link added to the laps (and to steps)
         self.laps = []
 
+    def drain(self) -> None:
+        """A blocking pool's copies are over when its token is (async_pool.py's are not)."""
+
     @property
     def copy_seconds(self) -> float:
         return sum(lap.seconds() for lap in self.laps)

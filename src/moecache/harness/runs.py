@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from moecache import provenance
 from moecache.errors import MoecacheError
-from moecache.harness import decode, link, trace
+from moecache.harness import decode, link, overlap, trace
 from moecache.harness.overlapped_block import overlapped
 from moecache.policies.all_resident import AllResident
 from moecache.runs import RunName
@@ -126,6 +126,10 @@ def run_spec(settings: dict, name: str, spec: dict, multiplier: int, limit=None)
     block = overlapped_blocks(spec)
     traced = make().needs_future or (block is not None and block().prefetcher.needs_trace)
     reads = str(RunName(harness["trace_run"])) if traced else None
+    if block is not None and limit is None:
+        # At 1x an overlapped run decodes the sequences the scaled runs decode, where the
+        # overlap cost model compares it with the blocking runs at every multiplier.
+        limit = harness.get("scaled_sequences")
     return RunSpec(name, spec, capacity, multiplier, reads, make, limit, block)
 
 
@@ -177,16 +181,20 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
             scaled = decode_scaled(settings, model, sequences, off, group, demand)
             twins[name] = scaled.pop(str(RunName(name).twin))
             results.update(scaled)
+    cut = scaled_sequences(harness, sequences)
+    # The 1x run decoded the scaled runs' sequences whole: it is compared only when they are.
+    whole = harness.get("scaled_tokens") is None
     for label, run in runs.items():
         if run.multiplier > 1:
-            same_counts(label, results[label], twins[run.name], results.get(str(RunName(run.name))))
+            one = results.get(str(RunName(run.name))) if whole else None
+            same_counts(label, results[label], twins[run.name], one)
+    cut_sums = decode.batched_nll_sums(model, cut, harness["device"]) if twins else []
     base_nll = {}
-    for label in runs:
+    for label, run in runs.items():
         result = results[label]
+        texts, sums = (cut, cut_sums) if run.multiplier > 1 else (sequences, base_sums)
         decoded = [row["sequence"] for row in result["sequences"]]
-        base_nll[label] = sum(base_sums[i] for i in decoded) / sum(
-            len(sequences[i]) - 1 for i in decoded
-        )
+        base_nll[label] = sum(sums[i] for i in decoded) / sum(len(texts[i]) - 1 for i in decoded)
         result["totals"]["delta_nll"] = result["totals"]["nll"] - base_nll[label]
     return Decoded(results, base_nll, twins, memory)
 
@@ -218,16 +226,28 @@ def decode_scaled(settings, model, sequences, off, group: list[RunSpec], demand)
         off.arm(label, run.make, run.capacity, m, run.reads, own_slots=True, **block_of(run))
         for label, m in labels
     ]
+    cut = scaled_sequences(harness, sequences)
+    demand = {name: cut_demand(rows, cut) for name, rows in demand.items()}
     return decode.decode(
-        model,
-        sequences[: harness.get("scaled_sequences")],
-        harness["device"],
-        arms,
-        off.own,
-        *pace(settings),
-        lockstep=True,
-        demand=demand,
+        model, cut, harness["device"], arms, off.own, *pace(settings), lockstep=True, demand=demand
     )
+
+
+def scaled_sequences(harness: dict, sequences: list) -> list:
+    """What runs at a multiplier above 1 decode: the first `scaled_sequences`, each cut to
+    its first `scaled_tokens` tokens (default: all of them, whole)."""
+    tokens = harness.get("scaled_tokens")
+    return [ids[:tokens] for ids in sequences[: harness.get("scaled_sequences")]]
+
+
+def cut_demand(by_sequence: dict, cut: list) -> dict:
+    """A recorded demand cut as the sequences were: a policy reading the future of a cut
+    sequence sees it end where the sequence now ends."""
+    return {
+        seq: {layer: requested[: len(cut[seq])] for layer, requested in layers.items()}
+        for seq, layers in by_sequence.items()
+        if seq < len(cut)
+    }
 
 
 def same_counts(label: str, scaled: dict, twin: dict, one: dict | None) -> None:
@@ -320,5 +340,6 @@ def twin_record(twin: dict) -> dict:
     """What the results file keeps of a scaled run's 1x twin: its totals and per-sequence
     timing (equation (1)'s reference)."""
     keys = ("sequence", "timed_tokens", "step_seconds", "copy_seconds", "timed_copies")
-    rows = [{key: row[key] for key in keys} for row in twin["sequences"]]
+    keys += overlap.SUMMED  # an overlapped twin's counts too (the overlap cost model's)
+    rows = [{key: row[key] for key in keys if key in row} for row in twin["sequences"]]
     return {"totals": twin["totals"], "sequences": rows}

@@ -1,13 +1,15 @@
 """Table 1's overlapped part: each run whose copies overlap compute (`overlap: true`) beside
 the blocking run of the same policy at the same copy multiplier: ms per token of both with
 intervals, the stall and the copy time hidden under compute, demand and prefetch copies,
-and the prefetcher's accuracy and waste (harness/overlap.py counts them)."""
+and the prefetcher's accuracy and waste (harness/overlap.py counts them), with the overlap
+cost model's prediction and its error (report/overlap_model.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from moecache.atomic import read_json as read
+from moecache.report import overlap_model
 
 
 def overlapped(report: dict) -> bool:
@@ -53,4 +55,10 @@ def overlapped_frame(paths) -> pd.DataFrame:
                 "delta_nll": totals["delta_nll"],
             }
         )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    model = pd.DataFrame(overlap_model.model_rows(reports, strict=False))
+    if frame.empty or model.empty:
+        return frame
+    keep = ["run", "multiplier", "c_ms", "c_overlap_ms", "tau_ms", "tau_blocking_ms"]
+    keep += ["predicted_ms", "relative_error", "within_10pct"]
+    return frame.merge(model[keep], on=["run", "multiplier"], how="left")

@@ -1,0 +1,222 @@
+"""The overlap cost model, beside equation (1) (cost_model.py): a run whose copies overlap
+compute (harness/overlapped_block.py) predicted from its blocking twin's compute c and copy
+time tau, its copies per token and its prefetcher's accuracy.
+
+Derivation (docs/overlap.md states it with its assumptions). One link moves one expert at a
+time, tau(m) = m tau(1) each; the compute runs beside it. Per token:
+
+- The compute is c, equation (1)'s: the blocking run's step less its copies, at 1x. Of it,
+  A ms run outside the MoE blocks (attention, norms, routers, the head): the window between
+  one block's experts and the next block's, the only compute a next-layer prefetch can hide
+  under. A is measured at the overlapped run's 1x twin: its step less its blocks' time.
+- A demand copy is known when its layer routes and is needed inside that layer: the
+  compute waits for all of it (the layer's other experts hide little: assumed none).
+- A prefetch is issued a window ahead; the link moves every prefetch, used or not, and what
+  the windows do not hide stalls the compute: max(0, n_p tau - A). Demand copies queue behind
+  prefetches on the one link, so the two stalls add.
+- A used prefetch is a demand copy saved: n_d = n - a n_p, n the copies the token would
+  make on demand (demand plus used prefetches) and a the prefetcher's accuracy.
+
+    T(m) = c + (n - a n_p) tau(m) + max(0, n_p tau(m) - A)
+
+With no prefetcher (n_p = 0) it is equation (1): the demand copies stall as blocking copies
+do. The eviction rule matters through n: FF and LRU differ by (n_LRU - n_FF) tau, hidden only
+where prefetches take the demand copies' place. Intervals: the measured run's own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moecache.errors import MoecacheError
+
+WITHIN = 0.10  # issue 28: every overlapped run within 10% of the model
+
+
+def per_token(report: dict) -> dict:
+    """An overlapped run's counts per timed token: n (demand plus used prefetches), n_p and a."""
+    totals = report["totals"]
+    rows = report["sequences"]
+    timed = sum(r["timed_tokens"] for r in rows)
+    used = sum(r["prefetch_used"] for r in rows)
+    fetched = sum(r["prefetch_copies"] for r in rows)
+    demand = sum(r["demand_copies"] for r in rows)
+    return {
+        "timed": timed,
+        "n": (demand + used) / timed,
+        "n_prefetch": fetched / timed,
+        "accuracy": totals.get("prefetch_accuracy") or 0.0,
+    }
+
+
+def compute_ms(report: dict) -> float:
+    """c of a blocking 1x run (or twin record): step less its own timed copies, per token."""
+    rows = report["sequences"]
+    timed = sum(r["timed_tokens"] for r in rows)
+    return 1e3 * sum(r["step_seconds"] - r["copy_seconds"] for r in rows) / timed
+
+
+def tau1_ms(report: dict) -> float | None:
+    """tau(1) as a blocking 1x run timed its own copies (None: it made none)."""
+    rows = report["sequences"]
+    copies = sum(r["timed_copies"] for r in rows)
+    return 1e3 * sum(r["copy_seconds"] for r in rows) / copies if copies else None
+
+
+def link_tau_ms(report: dict) -> float:
+    """tau(m) as the overlapped run's link ran: its copy engine's busy time per copy."""
+    rows = report["sequences"]
+    busy = sum(r["stall_seconds"] + r["hidden_copy_seconds"] for r in rows)
+    copies = sum(r["demand_copies"] + r["prefetch_copies"] for r in rows)
+    return 1e3 * busy / copies if copies else 0.0
+
+
+def outside_blocks_ms(report: dict) -> float:
+    """A: an overlapped run's compute outside its MoE blocks per token (step less blocks)."""
+    rows = report["sequences"]
+    timed = sum(r["timed_tokens"] for r in rows)
+    blocks = sum(r["block_seconds"] for r in rows)
+    return 1e3 * (sum(r["step_seconds"] for r in rows) - blocks) / timed
+
+
+def predict(c: float, tau: float, n: float, n_prefetch: float, accuracy: float, window: float):
+    """T = c + (n - a n_p) tau + max(0, n_p tau - A), ms per token."""
+    return c + (n - accuracy * n_prefetch) * tau + max(0.0, n_prefetch * tau - window)
+
+
+def same_run(a: dict, b: dict) -> bool:
+    return (a["policy"], a.get("params", {})) == (b["policy"], b.get("params", {}))
+
+
+def blocking_base(report: dict, reports: list[dict]) -> dict | None:
+    """Equation (1)'s base on the tokens `report` decoded: the blocking run of the same
+    policy at 1x (for a run at m > 1, the blocking run at m's 1x twin, decoded on the same
+    cut sequences); None when the blocking run was not decoded."""
+    m = report["multiplier"]
+    for r in reports:
+        if r.get("overlap") or r.get("shard") != report.get("shard") or not same_run(r, report):
+            continue
+        if m == 1 and r["multiplier"] == 1:
+            return on_sequences(r, {row["sequence"] for row in report["sequences"]})
+        if m > 1 and r["multiplier"] == m and r.get("twin_1x"):
+            return r["twin_1x"]
+    return None
+
+
+def on_sequences(report: dict, sequences: set) -> dict:
+    """`report` with only the rows of `sequences` (a 1x overlapped run decodes the first few)."""
+    return {**report, "sequences": [r for r in report["sequences"] if r["sequence"] in sequences]}
+
+
+def overlapped_1x(report: dict) -> dict:
+    """The overlapped run at 1x on the tokens it decoded: itself, or its 1x twin."""
+    return report if report["multiplier"] == 1 else report["twin_1x"]
+
+
+def step_ms(report: dict) -> float:
+    rows = report["sequences"]
+    return 1e3 * sum(r["step_seconds"] for r in rows) / sum(r["timed_tokens"] for r in rows)
+
+
+def stall_ms(report: dict, window: float) -> float:
+    """The model's stall per token of an overlapped run: (n - a n_p) tau + max(0, n_p tau - A)."""
+    counts = per_token(report)
+    return predict(
+        0.0, link_tau_ms(report), counts["n"], counts["n_prefetch"], counts["accuracy"], window
+    )
+
+
+def model_row(report: dict, base: dict) -> dict:
+    """One overlapped run against the model: its inputs, predicted and measured ms/token.
+    c' is the overlapped run's compute at 1x, its step less the model's stall there (so the
+    model reproduces the 1x step, as equation (1) does); c' - c, the blocking run's c, is
+    what running the copy engine beside the compute costs the compute."""
+    m, one = report["multiplier"], overlapped_1x(report)
+    window = outside_blocks_ms(one)
+    c = compute_ms(base)
+    c_overlap = step_ms(one) - stall_ms(one, window)
+    predicted = c_overlap + stall_ms(report, window)
+    counts, totals = per_token(report), report["totals"]
+    measured = totals["step_ms"]
+    error = predicted / measured - 1
+    tau1 = tau1_ms(base) or 0.0
+    return {
+        "run": report["run"],
+        "policy": report["policy"],
+        "prefetch": report.get("prefetch"),
+        "multiplier": m,
+        "c_ms": c,
+        "c_overlap_ms": c_overlap,
+        "window_ms": window,
+        "tau_ms": link_tau_ms(report),
+        "tau_blocking_ms": m * tau1,
+        "n": counts["n"],
+        "n_prefetch": counts["n_prefetch"],
+        "accuracy": counts["accuracy"],
+        "copy_compute_ratio": blocking_copies(base) * m * tau1 / c,
+        "predicted_ms": predicted,
+        "measured_ms": measured,
+        "measured_lo": totals["step_ms_ci"][0],
+        "measured_hi": totals["step_ms_ci"][1],
+        "relative_error": error,
+        "within_10pct": bool(abs(error) <= WITHIN),
+    }
+
+
+def blocking_copies(report: dict) -> float:
+    rows = report["sequences"]
+    return sum(r["timed_copies"] for r in rows) / sum(r["timed_tokens"] for r in rows)
+
+
+def model_rows(reports: list[dict], strict: bool = True) -> list[dict]:
+    """A row per overlapped run (model_row), by multiplier and run; one without its
+    blocking run refuses (strict) or is left out."""
+    rows = []
+    for report in reports:
+        if not report.get("overlap"):
+            continue
+        base = blocking_base(report, reports)
+        if base is None and not strict:
+            continue
+        if base is None:
+            raise MoecacheError(
+                f"run {report['run']} at {report['multiplier']}x: the overlap cost model needs "
+                f"the blocking run of policy {report['policy']} at {report['multiplier']}x"
+            )
+        rows.append(model_row(report, base))
+    return sorted(rows, key=lambda r: (r["multiplier"], r["run"]))
+
+
+MATTERS = 0.05  # the eviction rule matters while it changes the step by more than this share
+
+
+def stops_mattering(reports: list[dict]) -> dict | None:
+    """The copy-to-compute ratio (LRU's blocking copies per token x tau over c) below which,
+    by the model, overlapped farthest-future's stall differs from overlapped LRU's by less
+    than MATTERS of LRU's step: the rule's choice is then hidden under compute. None without
+    both overlapped runs at 1x (with the same prefetcher where possible)."""
+    ones = [r for r in model_rows(reports, strict=False) if r["multiplier"] == 1]
+    lru = [r for r in ones if r["policy"] == "lru"]
+    ff = [r for r in ones if r["policy"] == "farthest-future"]
+    pairs = [(a, b) for a in lru for b in ff if a["prefetch"] == b["prefetch"]]
+    pairs = pairs or [(a, b) for a in lru for b in ff]
+    if not pairs:
+        return None
+    a, b = pairs[0]
+    tau1 = a["tau_blocking_ms"]
+    if not tau1:
+        return None
+    below = None
+    for tau in tau1 * np.geomspace(1e-3, 1e3, 601):
+        lru_ms = a["c_overlap_ms"] + row_stall(a, tau)
+        if row_stall(a, tau) - row_stall(b, tau) > MATTERS * lru_ms:
+            break
+        below = tau
+    if below is None or below == tau1 * 1e3:
+        return None
+    ratio = a["copy_compute_ratio"] * below / tau1
+    return {"ratio": ratio, "tau_ms": below, "share": MATTERS, "lru": a["run"], "ff": b["run"]}
+
+
+def row_stall(row: dict, tau: float) -> float:
+    return predict(0.0, tau, row["n"], row["n_prefetch"], row["accuracy"], row["window_ms"])
