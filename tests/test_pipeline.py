@@ -121,3 +121,18 @@ def test_every_job_logged_and_benchmarked(tmp_path, configfile):
 def test_second_run_has_nothing_to_do(smoke_run):
     result = snakemake(smoke_run, "-n", "all", "--cores", "1")
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_the_smoke_run_draws_the_overlap_figure_and_states_its_verdicts(smoke_run):
+    """The smoke config's overlapped runs (lru-pregate at 1x and 10x, farthest-future-oracle
+    at 1x) reach the overlap figure and the numbers' overlap section."""
+    for suffix in ("pdf", "png"):
+        assert (smoke_run / f"figures/fig_overlap.{suffix}").stat().st_size > 0
+    sources = json.loads((smoke_run / "figures/fig_overlap.sources.json").read_text())
+    drawn = {(entry.get("run"), entry.get("multiplier")) for entry in sources["inputs"]}
+    assert {("lru-pregate", 1), ("lru-pregate", 10), ("farthest-future-oracle", 1)} <= drawn
+    text = (smoke_run / "figures/numbers.md").read_text()
+    assert "farthest-future's advantage over LRU survives overlap at 1x: yes" in text or (
+        "farthest-future's advantage over LRU survives overlap at 1x: no" in text
+    )
+    assert "survives overlap at 10x: not measured (no overlapped farthest-future run" in text

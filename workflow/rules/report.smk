@@ -235,6 +235,29 @@ rule fig_batching:
         " --out-dir figures > {log} 2>&1"
 
 
+rule fig_overlap:
+    input:
+        runs=runs_at_1x(FIRST_SHARD),
+        scaled=scaled_runs(),
+    output:
+        "figures/fig_overlap.pdf",
+        report(
+            "figures/fig_overlap.png",
+            caption="../report/fig_overlap.rst",
+            category="Figures",
+        ),
+        "figures/fig_overlap.sources.json",
+    log:
+        "logs/figures/fig_overlap.log",
+    benchmark:
+        "benchmarks/figures/fig_overlap.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache figure fig_overlap --runs {input.runs} --scaled {input.scaled}"
+        " --out-dir figures > {log} 2>&1"
+
+
 rule claims:
     """The reproduction scorecard: each quantitative claim of the paper against this run's
     results files (every results output of `all`, so it runs after them)."""

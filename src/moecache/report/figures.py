@@ -16,7 +16,7 @@ from matplotlib.transforms import Bbox  # noqa: E402
 from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
-from moecache.report import batching, cost_model, replayed  # noqa: E402
+from moecache.report import batching, cost_model, figures_overlap, replayed  # noqa: E402
 from moecache.report.tables import read, scaled_points  # noqa: E402
 
 COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
@@ -361,4 +361,5 @@ BUILDERS = {
     "fig1": (fig1, ("runs", "scaled", "bandwidth")),
     "fig2": (fig2, ("foresight", "learned")),
     "fig_batching": (fig_batching, ("replay", "batched")),
+    "fig_overlap": (figures_overlap.fig_overlap, ("runs", "scaled")),
 }

@@ -13,8 +13,9 @@ checks), `runs` (every run at 1x on the first shard), `cost_model` (Table 1's co
 check), `replay` (trace replay per capacity, bounds, foresight, the sweep and the replay
 benchmark), `learned` (the learned eviction scorers' share of the gap), `router_tuning`
 (Table 3's copies and the gap verdicts), `controller` (the controller appendix),
-`accuracy` (Table 2), `batching` (batched decoding against B) and `runtime` (seconds per
-stage, summed from `benchmarks/`).
+`accuracy` (Table 2), `batching` (batched decoding against B), `overlap` (copies that
+overlap compute, and its verdicts) and `runtime` (seconds per stage, summed from
+`benchmarks/`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from moecache.report.numbers.measured import (
     model_section,
     runs_section,
 )
+from moecache.report.numbers.overlap import overlap_section
 from moecache.report.numbers.replay import replay_section
 from moecache.report.numbers.stages import (
     accuracy_section,
@@ -60,6 +62,7 @@ NAMES = (
     "controller",
     "accuracy",
     "batching",
+    "overlap",
     "runtime",
 )
 
@@ -119,6 +122,7 @@ def build(
         "controller": lambda: controller_section(workdir),
         "accuracy": lambda: accuracy_section(workdir),
         "batching": lambda: batching_section(workdir, shards[0]),
+        "overlap": lambda: overlap_section(workdir, shards[0]),
         "runtime": lambda: runtime_section(workdir),
     }
     sections = {}
