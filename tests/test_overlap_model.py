@@ -34,10 +34,11 @@ def run(name, m, rows, overlap=True, twin=None, ms=1.0, accuracy=None):
 def test_the_model_reproduces_the_1x_step_and_predicts_a_slower_link_from_its_copies():
     blocking = run("lru", 1, [seq(0.06, 100, copy_s=0.01)], overlap=False)
     blocking10 = run("lru", 10, [seq(0.15, 100)], overlap=False, twin=blocking)
-    one_rows = [seq(0.07, 0, demand=80, prefetch=40, used=20, stall=0.004, hidden=0.008, block=0.04)]
+    counts = {"demand": 80, "prefetch": 40, "used": 20}
+    one_rows = [seq(0.07, 0, **counts, stall=0.004, hidden=0.008, block=0.04)]
     one = run("lru-overlap", 1, one_rows, ms=7.0, accuracy=0.5)
-    slow_rows = [seq(0.2, 0, demand=80, prefetch=40, used=20, stall=0.1, hidden=0.02, block=0.17)]
-    slow = run("lru-overlap", 10, slow_rows, twin={**one, "sequences": one_rows}, ms=20.0, accuracy=0.5)
+    slow_rows = [seq(0.2, 0, **counts, stall=0.1, hidden=0.02, block=0.17)]
+    slow = run("lru-overlap", 10, slow_rows, twin=one, ms=20.0, accuracy=0.5)
     rows = overlap_model.model_rows([blocking, blocking10, one, slow])
     assert [r["multiplier"] for r in rows] == [1, 10]
     assert rows[0]["predicted_ms"] == pytest.approx(7.0)  # exact at 1x, as equation (1)

@@ -6,13 +6,11 @@ run overlaps. The overlap cost model is faked: the section only reports its answ
 from __future__ import annotations
 
 import json
-import sys
 import types
 from pathlib import Path
 
 import pytest
 
-import moecache.report
 from moecache.errors import MoecacheError
 from moecache.report import figures, figures_overlap
 from moecache.report.numbers import overlap as section
@@ -83,9 +81,11 @@ def scenario(ff_overlapped_ms: float) -> list[dict]:
 def fake_model(monkeypatch):
     """overlap_model's answers, whether or not the module is installed."""
     fake = types.ModuleType("moecache.report.overlap_model")
-    fake.stops_mattering = lambda reports: {"ratio": 0.42}
+    fake.stops_mattering = lambda reports: {
+        "ratio": 0.42, "tau_ms": 0.1, "share": 0.05, "lru": "lru-o", "ff": "ff-o"
+    }  # fmt: skip
     errors = (0.03, -0.08, 0.12, 0.01)  # the third overlapped run is off by 12%
-    fake.model_rows = lambda reports: [
+    fake.model_rows = lambda reports, strict=True: [
         {
             "run": r["run"],
             "multiplier": r["multiplier"],
@@ -94,8 +94,7 @@ def fake_model(monkeypatch):
         }
         for i, r in enumerate(r for r in reports if r["overlap"])
     ]
-    monkeypatch.setitem(sys.modules, "moecache.report.overlap_model", fake)
-    monkeypatch.setattr(moecache.report, "overlap_model", fake, raising=False)
+    monkeypatch.setattr(section, "overlap_model", fake)
     return fake
 
 
@@ -153,7 +152,7 @@ def test_the_section_tables_and_the_models_verdicts(tmp_path, fake_model):
         in text
     )
     fake_model.stops_mattering = lambda reports: None
-    fake_model.model_rows = lambda reports: [
+    fake_model.model_rows = lambda reports, strict=True: [
         {"run": "x", "multiplier": 1, "relative_error": -0.04, "within_10pct": True}
     ]
     text = overlap_text(tmp_path, scenario(ff_overlapped_ms=5.0))

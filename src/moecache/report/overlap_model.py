@@ -108,9 +108,9 @@ def on_sequences(report: dict, sequences: set) -> dict:
     return {**report, "sequences": [r for r in report["sequences"] if r["sequence"] in sequences]}
 
 
-def overlapped_1x(report: dict) -> dict:
+def overlapped_1x(report: dict) -> dict | None:
     """The overlapped run at 1x on the tokens it decoded: itself, or its 1x twin."""
-    return report if report["multiplier"] == 1 else report["twin_1x"]
+    return report if report["multiplier"] == 1 else report.get("twin_1x")
 
 
 def step_ms(report: dict) -> float:
@@ -163,6 +163,10 @@ def model_row(report: dict, base: dict) -> dict:
     }
 
 
+def timed(report: dict) -> int:
+    return sum(r["timed_tokens"] for r in report.get("sequences", []))
+
+
 def blocking_copies(report: dict) -> float:
     rows = report["sequences"]
     return sum(r["timed_copies"] for r in rows) / sum(r["timed_tokens"] for r in rows)
@@ -176,6 +180,8 @@ def model_rows(reports: list[dict], strict: bool = True) -> list[dict]:
         if not report.get("overlap"):
             continue
         base = blocking_base(report, reports)
+        if not (base and timed(base) and timed(report) and timed(overlapped_1x(report) or {})):
+            base = None  # nothing decoded to model (a results file of no sequences)
         if base is None and not strict:
             continue
         if base is None:
