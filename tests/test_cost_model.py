@@ -391,3 +391,37 @@ def test_a_scaled_run_on_the_first_sequences_is_predicted_from_the_same_ones():
     (row,), _ = cost_model.cost_rows([one], [ten], {10: TAU10})
     assert row["n"] == pytest.approx(6.0)
     assert row["predicted_ms"] == pytest.approx(10.0 + 6.0 * TAU10)
+
+
+def overlapped_report(run, policy, c, n, window):
+    """An overlapped 1x run whose every copy is a used prefetch, tau(1) each, under a window
+    of `window` ms per token outside the MoE blocks."""
+    report = run_report(run, policy, c, 0.0, TAU1)
+    for row in report["sequences"]:
+        busy = TOKENS * n * TAU1 / 1e3
+        row.update(
+            demand_copies=0, prefetch_copies=TOKENS * n, prefetch_used=TOKENS * n,
+            prefetch_wasted=0, stall_seconds=0.0, hidden_copy_seconds=busy,
+            block_seconds=row["step_seconds"] - TOKENS * window / 1e3,
+        )  # fmt: skip
+    report["totals"]["prefetch_accuracy"] = 1.0
+    return {**report, "overlap": True, "prefetch": "oracle"}
+
+
+def test_choose_ranks_overlapped_runs_by_the_overlap_model_only_when_asked(tmp_path):
+    """LRU blocking at 10x costs c + n tau(10); its overlapped twin prefetches every copy
+    under a 4 ms window: c + max(0, n tau(10) - 4), the choice with --overlap."""
+    blocking = run_report("lru", "lru", 10.0, 2.0, TAU1)
+    overlapped = overlapped_report("lru-overlap", "lru", 10.0, 2.0, window=4.0)
+    paths = [write(tmp_path, r) for r in (blocking, overlapped)]
+    args = ["choose", "--runs", *paths, "--tau-ms", str(TAU1), "--max-loss", "0"]
+    refused = moecache(*args, "--multiplier", "10")
+    assert refused.returncode != 0 and "--overlap ranks it" in refused.stderr
+    result = moecache(*args, "--multiplier", "10", "--overlap", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    predicted = {p["run"]: p["predicted_ms"] for p in report["policies"]}
+    assert predicted["lru"] == pytest.approx(10.0 + 2.0 * TAU10)
+    assert predicted["lru-overlap"] == pytest.approx(10.0 + 2.0 * TAU10 - 4.0)
+    assert report["choice"] == "lru-overlap"
+    assert all(c["a"] != "lru-overlap" and c["b"] != "lru-overlap" for c in report["crossovers"])

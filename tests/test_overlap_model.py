@@ -64,3 +64,21 @@ def test_scaled_runs_decode_the_first_sequences_cut_and_read_a_future_cut_alike(
     assert scaled_sequences({}, sequences) == sequences
     demand = {s: {0: [[s, t] for t in range(len(ids))]} for s, ids in enumerate(sequences)}
     assert {s: len(layers[0]) for s, layers in cut_demand(demand, cut).items()} == {0: 6, 1: 5}
+
+
+def test_a_lossless_run_that_leaves_the_base_nll_fails_its_decode_job():
+    from types import SimpleNamespace
+
+    from moecache.harness.runs import RunSpec, refuse_lossy_lossless
+
+    def spec(name, restricts):
+        make = lambda: SimpleNamespace(restricts=restricts)  # noqa: E731
+        return RunSpec(name, {}, 4, 1, None, make)
+
+    runs = {"lru-overlap-x1": spec("lru-overlap", False), "dwell-x1": spec("dwell", True)}
+    results = {"lru-overlap-x1": {"totals": {"delta_nll": 0.0}}}
+    results["dwell-x1"] = {"totals": {"delta_nll": 0.2}}  # restricting: allowed to
+    refuse_lossy_lossless(runs, results)
+    results["lru-overlap-x1"]["totals"]["delta_nll"] = 0.01
+    with pytest.raises(MoecacheError, match="run lru-overlap-x1: lossless, but its NLL left"):
+        refuse_lossy_lossless(runs, results)

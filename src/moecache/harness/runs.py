@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from moecache import provenance
 from moecache.errors import MoecacheError
-from moecache.harness import decode, link, overlap, trace
+from moecache.harness import decode, gates, link, overlap, trace
 from moecache.harness.overlapped_block import overlapped
 from moecache.policies.all_resident import AllResident
 from moecache.runs import RunName
@@ -196,7 +196,20 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
         decoded = [row["sequence"] for row in result["sequences"]]
         base_nll[label] = sum(sums[i] for i in decoded) / sum(len(texts[i]) - 1 for i in decoded)
         result["totals"]["delta_nll"] = result["totals"]["nll"] - base_nll[label]
+    refuse_lossy_lossless(runs, results)
     return Decoded(results, base_nll, twins, memory)
+
+
+def refuse_lossy_lossless(runs: dict[str, RunSpec], results: dict) -> None:
+    """A lossless run (blocking or overlapped, prefetching or not) whose NLL left the base
+    NLL by more than the gates' tolerance fails the job, with its numbers."""
+    for label, run in runs.items():
+        gap = abs(results[label]["totals"]["delta_nll"])
+        if not run.make().restricts and not gap <= gates.POOL_TOLERANCE:
+            raise MoecacheError(
+                f"run {label}: lossless, but its NLL left the base NLL by {gap:.2e} "
+                f"(the gates' tolerance {gates.POOL_TOLERANCE:.0e})"
+            )
 
 
 def pace(settings: dict) -> tuple[int, int, int]:

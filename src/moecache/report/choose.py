@@ -105,7 +105,8 @@ def choose_report(
             policy_row(p, tau_ms, max_loss, seed, include_baseline or p.policy != BASELINE)
             for p in sorted(points, key=lambda p: p.ms_per_token(tau_ms))
         ],
-        "crossovers": crossovers(kept),
+        # Equation (1)'s lines only: an overlapped run's cost is not a line in tau.
+        "crossovers": crossovers([p for p in kept if not getattr(p, "overlap", False)]),
     }
 
 
@@ -136,6 +137,7 @@ def policy_row(p: MeasuredRun, tau_ms: float, max_loss: float, seed: int, candid
         "predicted_ms_ci": p.predicted_interval(tau_ms, seed),
         "admissible": p.delta_nll <= max_loss,
         "candidate": candidate,
+        "overlap": getattr(p, "overlap", False),
     }
 
 
@@ -178,6 +180,8 @@ def choose_summary(report: dict) -> list[str]:
     )
     for row in report["policies"]:
         mark = "" if row["admissible"] else "  (over the loss limit)"
+        if row.get("overlap"):
+            mark += "  (overlapped: the overlap cost model)"
         if not row.get("candidate", True):
             mark = "  (all-resident baseline, not a candidate: --include-baseline)"
         lines.append(

@@ -33,7 +33,7 @@ def flag(role: str) -> str:
 
 
 def cmd_choose(args):
-    from moecache.report import choose, cost_model
+    from moecache.report import choose, cost_model, overlap_model
 
     if args.bandwidth is not None:
         bandwidth = cost_model.read_run(args.bandwidth)
@@ -47,7 +47,16 @@ def cmd_choose(args):
     else:
         # The copy time measured through the link m times slower, else m x tau(1).
         tau = cost_model.tau_at(bandwidth, args.multiplier, args.bandwidth, strict=False)
-    points = cost_model.read_points(args.runs, tau1)
+    reports = {path: cost_model.read_run(path) for path in args.runs}
+    overlapped = [path for path, report in reports.items() if report.get("overlap")]
+    if overlapped and not args.overlap:
+        raise MoecacheError(
+            f"--runs {overlapped[0]}: an overlapped run; --overlap ranks it by the overlap "
+            "cost model (equation (1) prices blocking copies only)"
+        )
+    points = cost_model.read_points([p for p in args.runs if p not in overlapped], tau1)
+    if args.overlap:
+        points += overlap_model.choice_points(list(reports.values()), tau1)
     report = choose.choose_report(
         points, tau, args.max_loss, args.seed, args.include_baseline, args.bandwidth is None
     )
@@ -154,6 +163,12 @@ def register_choose(sub) -> None:
         "--include-baseline",
         action="store_true",
         help="let the all-resident run (all) be chosen too",
+    )
+    p.add_argument(
+        "--overlap",
+        action="store_true",
+        help="rank overlapped runs (overlap: true) too, by the overlap cost model; each "
+        "needs the blocking run of its policy among --runs",
     )
 
 

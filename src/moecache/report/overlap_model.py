@@ -26,6 +26,8 @@ where prefetches take the demand copies' place. Intervals: the measured run's ow
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from moecache.errors import MoecacheError
@@ -226,3 +228,67 @@ def stops_mattering(reports: list[dict]) -> dict | None:
 
 def row_stall(row: dict, tau: float) -> float:
     return predict(0.0, tau, row["n"], row["n_prefetch"], row["accuracy"], row["window_ms"])
+
+
+# --- the chooser's overlapped candidates (moecache choose --overlap) --------------------------
+
+
+@dataclass(frozen=True)
+class OverlappedPoint:
+    """An overlapped 1x run as `moecache choose --overlap` ranks it beside equation (1)'s
+    lines: the model's T(tau) from its c', copies, accuracy and window. Its cost is not a
+    line in tau, so it has no crossovers; it decoded other sequences than the blocking runs'
+    (the scaled runs' first ones), so it is compared with them by prediction only."""
+
+    run: str
+    policy: str
+    delta_nll: float
+    compute_ms: float  # c'
+    n: float
+    n_prefetch: float
+    accuracy: float
+    window_ms: float
+    step_ms: float
+    tau1_ms: float | None = None
+    sequences: tuple = ()  # not paired with any blocking run's
+    shard: str | None = None
+    own_tau_ms: float | None = None
+    overlap: bool = True
+
+    @property
+    def rho(self) -> float:
+        return self.n
+
+    def ms_per_token(self, tau_ms: float) -> float:
+        return predict(
+            self.compute_ms, tau_ms, self.n, self.n_prefetch, self.accuracy, self.window_ms
+        )
+
+    def predicted_interval(self, tau_ms: float, seed: int = 0, level: float = 0.95):
+        return None
+
+
+def choice_points(reports: list[dict], tau1_ms: float | None) -> list[OverlappedPoint]:
+    """The overlapped 1x runs among `reports` (each beside its blocking run) as candidates."""
+    by_run = {r["run"]: r for r in reports if r.get("overlap")}
+    points = []
+    for row in model_rows(reports):
+        if row["multiplier"] != 1:
+            continue
+        report = by_run[row["run"]]
+        points.append(
+            OverlappedPoint(
+                run=row["run"],
+                policy=row["policy"],
+                delta_nll=report["totals"]["delta_nll"],
+                compute_ms=row["c_overlap_ms"],
+                n=row["n"],
+                n_prefetch=row["n_prefetch"],
+                accuracy=row["accuracy"],
+                window_ms=row["window_ms"],
+                step_ms=row["measured_ms"],
+                tau1_ms=tau1_ms,
+                shard=report.get("shard"),
+            )
+        )
+    return points

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from moecache.harness import gates
+from moecache.policies import POLICIES
 from moecache.report import overlap_model
 from moecache.report.numbers.format import fixed, percent, read, sig, table
 from moecache.report.tables.overlap import blocking_twin, overlapped
@@ -24,7 +26,7 @@ def overlap_section(workdir: Path, shard: str) -> str:
     multipliers = sorted({r["multiplier"] for r in reports if overlapped(r)})
     parts = [multiplier_table(reports, m) for m in multipliers]
     lines = [advantage_line(advantage(reports, m)) for m in multipliers]
-    lines += [stops_mattering_line(reports), model_line(reports)]
+    lines += [stops_mattering_line(reports), model_line(reports), nll_line(reports)]
     return "\n\n".join([*parts, "\n".join(f"- {line}" for line in lines)])
 
 
@@ -131,4 +133,19 @@ def model_line(reports: list[dict]) -> str:
         "Every overlapped run within 10% of the overlap cost model: "
         f"{'yes' if within else 'no'} (largest error {worst['relative_error']:+.1%}, "
         f"{worst['run']} at {worst['multiplier']:g}x)."
+    )
+
+
+def nll_line(reports: list[dict]) -> str:
+    """Whether the lossless overlapped runs kept the base NLL (the gates' tolerance)."""
+    lossless = [r for r in reports if overlapped(r) and not POLICIES[r["policy"]].restricts]
+    if not lossless:
+        return "No lossless overlapped run to hold to the base NLL."
+    worst = max(lossless, key=lambda r: abs(r["totals"]["delta_nll"]))
+    gap = abs(worst["totals"]["delta_nll"])
+    kept = "yes" if gap <= gates.POOL_TOLERANCE else "no"
+    return (
+        f"Lossless overlapped runs keep the base NLL within the gates' tolerance "
+        f"({gates.POOL_TOLERANCE:.0e}): {kept} (largest |Delta NLL| {gap:.1e}, {worst['run']} "
+        f"at {worst['multiplier']:g}x, of {len(lossless)} runs)."
     )
