@@ -82,3 +82,15 @@ def test_a_lossless_run_that_leaves_the_base_nll_fails_its_decode_job():
     results["lru-overlap-x1"]["totals"]["delta_nll"] = 0.01
     with pytest.raises(MoecacheError, match="run lru-overlap-x1: lossless, but its NLL left"):
         refuse_lossy_lossless(runs, results)
+
+
+def test_a_prefetch_under_a_rule_that_ranks_only_inside_its_kernel_is_refused():
+    from moecache.harness import decode
+    from moecache.harness.overlapped_block import refuse_unranked
+
+    lfu = decode.policy_factory({"policy": "lfu"}, 4, 8, 2)()
+    lru = decode.policy_factory({"policy": "lru"}, 4, 8, 2)()
+    refuse_unranked("pregate", lru)
+    refuse_unranked("none", lfu)
+    with pytest.raises(MoecacheError, match="prefetch pregate: needs a lossless eviction rule"):
+        refuse_unranked("pregate", lfu)

@@ -108,13 +108,7 @@ class OverlappedArm:
         self.engine, self.blocks = None, []
 
     def __call__(self, mlp, pool: ExpertPool, policy, adapter) -> OverlappedBlock:
-        if self.prefetcher.name != "none" and (
-            not isinstance(policy, EvictionPolicy) or policy.needs_probs
-        ):
-            raise MoecacheError(
-                f"prefetch {self.prefetcher.name}: needs a lossless eviction rule that ranks "
-                f"without the router's probabilities, not {policy.name}"
-            )
+        refuse_unranked(self.prefetcher.name, policy)
         if self.engine is None:
             self.engine = copy_engine.make(pool.host.device, pool.multiplier, pool.link)
         block = OverlappedBlock(mlp, pool, policy, adapter, self.engine, self.prefetcher)
@@ -124,6 +118,21 @@ class OverlappedArm:
         self.blocks[-2 if len(self.blocks) > 1 else -1].following = block
         block.following = self.blocks[0]
         return block
+
+
+def refuse_unranked(prefetch: str, policy) -> None:
+    """A prefetcher's victims are the eviction rule's ranking (rule_victims): a rule that
+    restricts, reads the router's probabilities, or ranks only inside its own compiled step
+    (the zoo's kernels) has none to give."""
+    if prefetch == "none":
+        return
+    ranks = isinstance(policy, EvictionPolicy) and not policy.needs_probs
+    if not ranks or type(policy).priority is EvictionPolicy.priority:
+        raise MoecacheError(
+            f"prefetch {prefetch}: needs a lossless eviction rule that ranks its residents "
+            f"without the router's probabilities, not {policy.name} (prefetch none overlaps "
+            "its demand copies)"
+        )
 
 
 def overlapped(prefetch: str = "none", **params) -> OverlappedArm:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.harness import decode, gates, link, overlap, trace
-from moecache.harness.overlapped_block import overlapped
+from moecache.harness.overlapped_block import overlapped, refuse_unranked
 from moecache.policies.all_resident import AllResident
 from moecache.runs import RunName
 
@@ -124,6 +124,8 @@ def run_spec(settings: dict, name: str, spec: dict, multiplier: int, limit=None)
     capacity = spec.get("capacity", harness["capacity"])
     make = decode.policy_factory(spec, capacity, arch["num_experts"], arch["num_experts_per_tok"])
     block = overlapped_blocks(spec)
+    if block is not None:  # refused now, before the model loads
+        refuse_unranked(spec.get("prefetch", "none"), make())
     traced = make().needs_future or (block is not None and block().prefetcher.needs_trace)
     reads = str(RunName(harness["trace_run"])) if traced else None
     if block is not None and limit is None:
