@@ -18,6 +18,7 @@ stalled on copies, the copy seconds hidden under compute, and the block's own se
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Collection
 
 import torch
@@ -26,6 +27,8 @@ from moecache.errors import MoecacheError
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.timing import Lap
 from moecache.policies import Plan
+
+CALIBRATION_COPIES = 4  # distinct experts per group timed for this machine's copy time
 
 # victims(protected, count): up to `count` residents outside `protected`, by the rule.
 Victims = Callable[[set, int], list]
@@ -40,6 +43,7 @@ class AsyncExpertPool(ExpertPool):
         self.needed: frozenset = frozenset()
         self.token = 0  # the token being decoded (begin)
         super().__init__(host, capacity, multiplier, link)
+        engine.calibrate(host.expert_bytes, self.blocking_group)
 
     def reset(self) -> None:
         """An empty pool for a new sequence, once every copy has landed (not counted)."""
@@ -154,6 +158,17 @@ class AsyncExpertPool(ExpertPool):
             [host.host[n][e] for n in names],
             non_blocking=host.pinned,
         )
+
+    def blocking_group(self, i: int) -> float:
+        """Seconds per copy of the i-th group of distinct experts, copied as the blocking
+        pool copies a group (pool.py's apply) into free slots before any use."""
+        host, size = self.host, min(CALIBRATION_COPIES, self.capacity)
+        experts = [(i * size + j) % host.num_experts for j in range(size)]
+        started = time.perf_counter()
+        for e, slot in zip(experts, reversed(self.free), strict=False):
+            for name, slots in host.slots.items():
+                slots[slot].copy_(host.host[name][e], non_blocking=host.pinned)
+        return (time.perf_counter() - started) / size
 
     def wait(self, e: int) -> None:
         """Right before expert `e` is used: wait for its copy, the wait counted as stall."""

@@ -6,12 +6,14 @@ time the compute spent waiting is the stall; the copy time not waited for is hid
 
 - CPU (`HostCopyEngine`): one worker thread takes copies from a queue, in order, on a core
   of its own (torch releases the GIL in `copy_`). A copy multiplier m is the worker really
-  taking m times as long: after the copy it sleeps until m times the copy's own time has
-  passed, so its core idles and the compute core is untouched. The copy's own time is the
-  worker's CPU time on it: its wall time also holds its wait to take the GIL back from the
-  compute, which m must not multiply. The interpreter's switch interval is cut so that the
-  waiting worker gets the GIL within tens of microseconds, not the default 5 ms. Timed on
-  the monotonic clock.
+  taking m times as long: it sleeps until m times this machine's copy time has passed since
+  the copy began, so its core idles and the compute core is untouched. This machine's copy
+  time is measured once per process (`calibrate`, shared by every engine), before any
+  decoding, as the blocking pool times its copies: a copy timed on the worker during
+  decoding also holds its wait for the GIL and the compute's pressure on the memory system,
+  which m would multiply, and differently for each run. The interpreter's switch interval is
+  cut so that the waiting worker gets the GIL within tens of microseconds, not the default
+  5 ms. Timed on the monotonic clock.
 - CUDA (`DeviceCopyEngine`): a copy stream beside the compute stream, from pinned host
   memory; one event pair per expert; the compute stream waits on an expert's end event only
   when about to use it, and that wait is timed with events on the compute stream. The
@@ -24,6 +26,7 @@ earlier copy into it has landed.
 from __future__ import annotations
 
 import queue
+import statistics
 import sys
 import threading
 import time
@@ -51,6 +54,8 @@ class HostTicket:
 # Seconds a thread waiting for the GIL lets the holder run before asking it to drop the GIL
 # (Python's default 5 ms would hold a finished copy back for most of a CPU step).
 SWITCH_INTERVAL_S = 5e-5
+CALIBRATION_GROUPS = 9
+COPY_SECONDS: dict[int, float] = {}  # expert bytes -> this machine's seconds per copy
 
 
 class HostCopyEngine:
@@ -62,9 +67,20 @@ class HostCopyEngine:
         torch.set_num_threads(1)
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.multiplier = multiplier
+        self.reference: float | None = None  # this machine's copy time (calibrate)
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         worker = threading.Thread(target=self.serve, name="moecache-copy", daemon=True)
         worker.start()
+
+    def calibrate(self, expert_bytes: int, group: Callable[[int], float]) -> None:
+        """This machine's seconds per copy of an expert of `expert_bytes`, measured once per
+        process: the median over CALIBRATION_GROUPS calls of `group(i)` (the i-th group of
+        other experts, copied as the blocking pool copies a group) on the calling thread,
+        the worker idle. Every engine of the process then prices its link alike."""
+        if expert_bytes not in COPY_SECONDS:
+            laps = [group(i) for i in range(CALIBRATION_GROUPS)]
+            COPY_SECONDS[expert_bytes] = statistics.median(laps)
+        self.reference = COPY_SECONDS[expert_bytes]
 
     def submit(self, expert: int, copy: Callable[[], None]) -> HostTicket:
         ticket = HostTicket(expert)
@@ -74,21 +90,22 @@ class HostCopyEngine:
     def serve(self) -> None:
         while True:
             copy, ticket = self.jobs.get()
-            ticket.start, cpu = time.perf_counter(), time.thread_time()
+            ticket.start = time.perf_counter()
             try:
                 copy()
             except Exception as error:  # handed to whoever waits on the ticket
                 ticket.error = error
-            self.hold(ticket.start, time.thread_time() - cpu)
+            self.hold(ticket.start, self.reference)
             ticket.end = time.perf_counter()
             ticket.landed.set()
 
-    def hold(self, started: float, copied: float) -> None:
+    def hold(self, started: float, copy_seconds: float | None) -> None:
         """A link m times slower: sleep (no spinning: a spinning thread would hold the GIL
-        and load the compute) until m times the copy's own time has passed. The copy's time
-        is the worker's CPU time on it: its wall time also holds its wait to take the GIL
-        back from the compute, which m must not multiply."""
-        rest = started + self.multiplier * copied - time.perf_counter()
+        and load the compute) until m times this machine's copy time has passed since the
+        copy began (at 1x, nothing: the copy itself)."""
+        if self.multiplier == 1 or copy_seconds is None:
+            return
+        rest = started + self.multiplier * copy_seconds - time.perf_counter()
         if rest > 0:
             time.sleep(rest)
 
@@ -134,6 +151,9 @@ class DeviceCopyEngine:
             self.link.repeat(self.multiplier - 1)  # the slower link's ring, on this stream
             ticket.end.record(self.stream)
         return ticket
+
+    def calibrate(self, expert_bytes: int, group) -> None:
+        """The ring makes the slower link on a GPU: nothing to measure."""
 
     def wait(self, ticket: DeviceTicket) -> Lap:
         """The compute stream waits for the copy; the lap times that wait (read later)."""
