@@ -166,8 +166,7 @@ class AsyncExpertPool(ExpertPool):
         experts = [(i * size + j) % host.num_experts for j in range(size)]
         started = time.perf_counter()
         for e, slot in zip(experts, reversed(self.free), strict=False):
-            for name, slots in host.slots.items():
-                slots[slot].copy_(host.host[name][e], non_blocking=host.pinned)
+            host.load(e, slot)
         return (time.perf_counter() - started) / size
 
     def wait(self, e: int) -> None:

@@ -83,6 +83,10 @@ class HostCopyEngine:
         self.reference = COPY_SECONDS[expert_bytes]
 
     def submit(self, expert: int, copy: Callable[[], None]) -> HostTicket:
+        if self.multiplier > 1 and self.reference is None:
+            raise MoecacheError(
+                f"copy engine at {self.multiplier}x: no copy time to slow (calibrate first)"
+            )
         ticket = HostTicket(expert)
         self.jobs.put((copy, ticket))
         return ticket
@@ -102,8 +106,8 @@ class HostCopyEngine:
     def hold(self, started: float, copy_seconds: float | None) -> None:
         """A link m times slower: sleep (no spinning: a spinning thread would hold the GIL
         and load the compute) until m times this machine's copy time has passed since the
-        copy began (at 1x, nothing: the copy itself)."""
-        if self.multiplier == 1 or copy_seconds is None:
+        copy began (at 1x, nothing: the copy itself; submit refused m > 1 without it)."""
+        if self.multiplier == 1:
             return
         rest = started + self.multiplier * copy_seconds - time.perf_counter()
         if rest > 0:

@@ -50,6 +50,11 @@ class HostExperts:
     def capacity(self) -> int:
         return len(next(iter(self.slots.values())))
 
+    def load(self, e: int, slot: int) -> None:
+        """Copy expert e's weights into device slot `slot`, a tensor at a time."""
+        for name, slots in self.slots.items():
+            slots[slot].copy_(self.host[name][e], non_blocking=self.pinned)
+
     def first_expert(self) -> list[torch.Tensor]:
         """One expert's host tensors (what the slower link's device ring copies)."""
         return [h[0] for h in self.host.values()]
@@ -106,8 +111,7 @@ class ExpertPool:
         started = time.perf_counter()
         for e in plan.admit:
             slot = self.free.pop()
-            for name, slots in host.slots.items():
-                slots[slot].copy_(host.host[name][e], non_blocking=host.pinned)
+            host.load(e, slot)
             self.link.repeat(self.multiplier - 1)
             self.slot_of[e] = slot
         self.link.hold(self.multiplier - 1, started)

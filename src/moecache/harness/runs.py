@@ -123,10 +123,10 @@ def run_spec(settings: dict, name: str, spec: dict, multiplier: int, limit=None)
     harness, arch = settings["harness"], settings["model"]["architecture"]
     capacity = spec.get("capacity", harness["capacity"])
     make = decode.policy_factory(spec, capacity, arch["num_experts"], arch["num_experts_per_tok"])
-    block = overlapped_blocks(spec)
+    block, policy = overlapped_blocks(spec), make()
     if block is not None:  # refused now, before the model loads
-        refuse_unranked(spec.get("prefetch", "none"), make())
-    traced = make().needs_future or (block is not None and block().prefetcher.needs_trace)
+        refuse_unranked(spec.get("prefetch", "none"), policy)
+    traced = policy.needs_future or (block is not None and block().prefetcher.needs_trace)
     reads = str(RunName(harness["trace_run"])) if traced else None
     if block is not None and limit is None:
         # At 1x an overlapped run decodes the sequences the scaled runs decode, where the

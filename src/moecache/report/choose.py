@@ -106,7 +106,7 @@ def choose_report(
             for p in sorted(points, key=lambda p: p.ms_per_token(tau_ms))
         ],
         # Equation (1)'s lines only: an overlapped run's cost is not a line in tau.
-        "crossovers": crossovers([p for p in kept if not getattr(p, "overlap", False)]),
+        "crossovers": crossovers([p for p in kept if not p.overlap]),
     }
 
 
@@ -137,7 +137,7 @@ def policy_row(p: MeasuredRun, tau_ms: float, max_loss: float, seed: int, candid
         "predicted_ms_ci": p.predicted_interval(tau_ms, seed),
         "admissible": p.delta_nll <= max_loss,
         "candidate": candidate,
-        "overlap": getattr(p, "overlap", False),
+        "overlap": p.overlap,
     }
 
 

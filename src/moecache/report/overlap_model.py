@@ -35,50 +35,46 @@ from moecache.errors import MoecacheError
 WITHIN = 0.10  # issue 28: every overlapped run within 10% of the model
 
 
+def timed(report: dict) -> int:
+    """The timed tokens of a results file (or twin record): every per-token figure's divisor."""
+    return summed(report, "timed_tokens")
+
+
+def summed(report: dict, *keys: str) -> float:
+    """The sum of `keys` over the file's sequences."""
+    return sum(r[key] for r in report.get("sequences", []) for key in keys)
+
+
 def per_token(report: dict) -> dict:
     """An overlapped run's counts per timed token: n (demand plus used prefetches), n_p and a."""
-    totals = report["totals"]
-    rows = report["sequences"]
-    timed = sum(r["timed_tokens"] for r in rows)
-    used = sum(r["prefetch_used"] for r in rows)
-    fetched = sum(r["prefetch_copies"] for r in rows)
-    demand = sum(r["demand_copies"] for r in rows)
     return {
-        "timed": timed,
-        "n": (demand + used) / timed,
-        "n_prefetch": fetched / timed,
-        "accuracy": totals.get("prefetch_accuracy") or 0.0,
+        "n": summed(report, "demand_copies", "prefetch_used") / timed(report),
+        "n_prefetch": summed(report, "prefetch_copies") / timed(report),
+        "accuracy": report["totals"].get("prefetch_accuracy") or 0.0,
     }
 
 
 def compute_ms(report: dict) -> float:
     """c of a blocking 1x run (or twin record): step less its own timed copies, per token."""
-    rows = report["sequences"]
-    timed = sum(r["timed_tokens"] for r in rows)
-    return 1e3 * sum(r["step_seconds"] - r["copy_seconds"] for r in rows) / timed
+    return 1e3 * (summed(report, "step_seconds") - summed(report, "copy_seconds")) / timed(report)
 
 
 def tau1_ms(report: dict) -> float | None:
     """tau(1) as a blocking 1x run timed its own copies (None: it made none)."""
-    rows = report["sequences"]
-    copies = sum(r["timed_copies"] for r in rows)
-    return 1e3 * sum(r["copy_seconds"] for r in rows) / copies if copies else None
+    copies = summed(report, "timed_copies")
+    return 1e3 * summed(report, "copy_seconds") / copies if copies else None
 
 
 def link_tau_ms(report: dict) -> float:
     """tau(m) as the overlapped run's link ran: its copy engine's busy time per copy."""
-    rows = report["sequences"]
-    busy = sum(r["stall_seconds"] + r["hidden_copy_seconds"] for r in rows)
-    copies = sum(r["demand_copies"] + r["prefetch_copies"] for r in rows)
+    busy = summed(report, "stall_seconds", "hidden_copy_seconds")
+    copies = summed(report, "demand_copies", "prefetch_copies")
     return 1e3 * busy / copies if copies else 0.0
 
 
 def outside_blocks_ms(report: dict) -> float:
     """A: an overlapped run's compute outside its MoE blocks per token (step less blocks)."""
-    rows = report["sequences"]
-    timed = sum(r["timed_tokens"] for r in rows)
-    blocks = sum(r["block_seconds"] for r in rows)
-    return 1e3 * (sum(r["step_seconds"] for r in rows) - blocks) / timed
+    return 1e3 * (summed(report, "step_seconds") - summed(report, "block_seconds")) / timed(report)
 
 
 def predict(c: float, tau: float, n: float, n_prefetch: float, accuracy: float, window: float):
@@ -116,8 +112,7 @@ def overlapped_1x(report: dict) -> dict | None:
 
 
 def step_ms(report: dict) -> float:
-    rows = report["sequences"]
-    return 1e3 * sum(r["step_seconds"] for r in rows) / sum(r["timed_tokens"] for r in rows)
+    return 1e3 * summed(report, "step_seconds") / timed(report)
 
 
 def stall_ms(report: dict, window: float) -> float:
@@ -165,13 +160,8 @@ def model_row(report: dict, base: dict) -> dict:
     }
 
 
-def timed(report: dict) -> int:
-    return sum(r["timed_tokens"] for r in report.get("sequences", []))
-
-
 def blocking_copies(report: dict) -> float:
-    rows = report["sequences"]
-    return sum(r["timed_copies"] for r in rows) / sum(r["timed_tokens"] for r in rows)
+    return summed(report, "timed_copies") / timed(report)
 
 
 def model_rows(reports: list[dict], strict: bool = True) -> list[dict]:
