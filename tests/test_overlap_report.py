@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from moecache.errors import MoecacheError
-from moecache.report import figures, figures_overlap
+from moecache.report import figures, figures_overlap, overlap_model
 from moecache.report.numbers import overlap as section
 
 
@@ -94,6 +94,7 @@ def fake_model(monkeypatch):
         }
         for i, r in enumerate(r for r in reports if r["overlap"])
     ]
+    fake.prefetch_pair = overlap_model.prefetch_pair  # not faked: how runs are paired
     monkeypatch.setattr(section, "overlap_model", fake)
     return fake
 

@@ -196,11 +196,9 @@ def stops_mattering(reports: list[dict]) -> dict | None:
     ones = [r for r in model_rows(reports, strict=False) if r["multiplier"] == 1]
     lru = [r for r in ones if r["policy"] == "lru"]
     ff = [r for r in ones if r["policy"] == "farthest-future"]
-    pairs = [(a, b) for a in lru for b in ff if a["prefetch"] == b["prefetch"]]
-    pairs = pairs or [(a, b) for a in lru for b in ff]
-    if not pairs:
+    if not lru or not ff:
         return None
-    a, b = pairs[0]
+    a, b = prefetch_pair(lru, ff)
     tau1 = a["tau_blocking_ms"]
     if not tau1:
         return None
@@ -214,6 +212,13 @@ def stops_mattering(reports: list[dict]) -> dict | None:
         return None
     ratio = a["copy_compute_ratio"] * below / tau1
     return {"ratio": ratio, "tau_ms": below, "share": MATTERS, "lru": a["run"], "ff": b["run"]}
+
+
+def prefetch_pair(first: list[dict], second: list[dict]) -> tuple[dict, dict]:
+    """One of `first` and one of `second` (runs or model rows, neither list empty) with the
+    same prefetcher where two have one, else the first of each."""
+    same = [(a, b) for a in first for b in second if a["prefetch"] == b["prefetch"]]
+    return same[0] if same else (first[0], second[0])
 
 
 def row_stall(row: dict, tau: float) -> float:

@@ -90,8 +90,7 @@ def advantage(reports: list[dict], multiplier) -> dict:
     if not oracle or not baseline:
         verdict["missing"] = ORACLE if not oracle else BASELINE
         return verdict
-    same = [(o, b) for o in oracle for b in baseline if o["prefetch"] == b["prefetch"]]
-    o, b = same[0] if same else (oracle[0], baseline[0])
+    o, b = overlap_model.prefetch_pair(oracle, baseline)
     saving = 1 - o["totals"]["step_ms"] / b["totals"]["step_ms"]
     survives = o["totals"]["step_ms_ci"][1] < b["totals"]["step_ms_ci"][0]
     return {**verdict, "survives": survives, "oracle": o, "baseline": b, "saving": saving}
