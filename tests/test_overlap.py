@@ -87,6 +87,10 @@ def test_overlapped_lossless_runs_keep_the_blocking_nll_and_demand(model, sequen
         for row in result["sequences"]:  # every insertion is a demand copy or a prefetch
             assert row["timed_copies"] == row["demand_copies"] + row["prefetch_copies"]
             assert row["prefetch_used"] + row["prefetch_wasted"] == row["prefetch_copies"]
+            # The demand groups hold every demand copy; each layer computes TOP_K experts.
+            assert sum(d * n for d, _, n in row["demand_groups"]) == row["demand_copies"]
+            assert all(0 <= j < TOP_K for _, j, _ in row["demand_groups"])
+            assert row["experts_computed"] == row["timed_tokens"] * len(LAYERS) * TOP_K
     assert results[f"{rule}/none"]["totals"]["prefetch_copies"] == 0
     # Without prefetching, the overlapped run copies exactly what the blocking one does.
     assert results[f"{rule}/none"]["totals"]["timed_copies"] == blocking["totals"]["timed_copies"]
@@ -195,6 +199,17 @@ def test_a_plan_or_prefetch_evicting_a_needed_or_in_flight_expert_is_refused():
         pool.wait(e)
         for name, slots in host.slots.items():
             assert torch.equal(slots[pool.slot_of[e]], host.host[name][e])
+
+
+def test_a_tokens_demand_group_counts_the_compute_before_its_last_copy():
+    pool, _ = small_pool(capacity=8)
+    pool.count_demand([], [1, 2, 3], waits_first=False)  # no copy: no group
+    pool.count_demand([5, 2], [2, 7, 5, 1], waits_first=False)  # waits on 5 after 2 experts
+    pool.count_demand([6], [6, 1], waits_first=False)  # waits first: nothing hides
+    pool.count_demand([3], [4, 3], waits_first=True)  # a fused kernel waits for all first
+    pool.count_demand([9, 8], [4, 5], waits_first=False)  # unused copies: all hide them
+    assert pool.counts()["demand_groups"] == [[1, 0, 2], [2, 2, 2]]
+    assert pool.counts()["experts_computed"] == 3 + 4 + 2 + 2 + 2
 
 
 def test_the_rule_names_no_protected_victim():

@@ -8,10 +8,18 @@ from moecache.report import overlap_model
 
 
 def test_the_model_adds_demand_stall_and_the_prefetches_the_window_does_not_hide():
-    # c + (n - a n_p) tau + max(0, n_p tau - A)
-    assert overlap_model.predict(5.0, 1.0, 10, 0, 0.0, 3.0) == 15.0
-    assert overlap_model.predict(5.0, 1.0, 10, 8, 0.5, 3.0) == 5.0 + 6.0 + 5.0
-    assert overlap_model.predict(5.0, 0.1, 10, 8, 1.0, 3.0) == pytest.approx(5.0 + 0.2)
+    # c + sum over groups (d, j, per token) of max(0, d tau - j e) + max(0, n_p tau - A)
+    assert overlap_model.predict(5.0, 1.0, [(10, 0, 1.0)], 0.5, 0, 3.0) == 15.0
+    assert overlap_model.predict(5.0, 1.0, [(6, 0, 1.0)], 0.5, 8, 3.0) == 5.0 + 6.0 + 5.0
+    assert overlap_model.predict(5.0, 0.1, [(2, 0, 1.0)], 0.5, 8, 3.0) == pytest.approx(5.2)
+
+
+def test_a_layers_experts_computed_before_its_last_copy_hide_its_copies():
+    # Two copies, three experts computed first at 0.5 ms: 1.5 of the 2 ms hidden, at half
+    # the tokens; at 0.1 ms a copy all hidden; a group with nothing before hides nothing.
+    groups = [(2, 3, 0.5), (1, 0, 1.0)]
+    assert overlap_model.predict(5.0, 1.0, groups, 0.5, 0, 3.0) == 5.0 + 0.5 * 0.5 + 1.0
+    assert overlap_model.predict(5.0, 0.1, groups[:1], 0.5, 0, 3.0) == 5.0
 
 
 def seq(step, copies, copy_s=0.0, demand=0, prefetch=0, used=0, stall=0.0, hidden=0.0, block=0.0):
@@ -47,6 +55,24 @@ def test_the_model_reproduces_the_1x_step_and_predicts_a_slower_link_from_its_co
     expected = (7.0 - stall_1x) + (10 - 2) * 1.0 + max(0.0, 4 * 1.0 - 3.0)
     assert rows[1]["predicted_ms"] == pytest.approx(expected)
     assert rows[1]["within_10pct"] == (abs(expected / 20.0 - 1) <= 0.10)
+
+
+def test_the_model_reads_the_demand_groups_and_the_expert_compute_the_harness_counted():
+    blocking = run("lru", 1, [seq(0.06, 100, copy_s=0.01)], overlap=False)
+    blocking10 = run("lru", 10, [seq(0.15, 100)], overlap=False, twin=blocking)
+    # 40 layer-tokens of 2 demand copies, each after 3 experts; 320 experts computed.
+    counts = {"demand": 80, "prefetch": 40, "used": 20}
+    grouped = {"demand_groups": [[2, 3, 40]], "experts_computed": 320}
+    one_rows = [{**seq(0.07, 0, **counts, stall=0.004, hidden=0.008, block=0.04), **grouped}]
+    one = run("lru-overlap", 1, one_rows, ms=7.0, accuracy=0.5)
+    slow_rows = [{**seq(0.2, 0, **counts, stall=0.1, hidden=0.02, block=0.17), **grouped}]
+    slow = run("lru-overlap", 10, slow_rows, twin=one, ms=20.0, accuracy=0.5)
+    rows = overlap_model.model_rows([blocking, blocking10, one, slow])
+    e = 1e3 * (0.04 - 0.004) / 320  # ms an expert
+    assert rows[0]["expert_ms"] == pytest.approx(e)
+    assert rows[0]["predicted_ms"] == pytest.approx(7.0)  # 1x: every copy hidden (0.2 < 3e)
+    # tau(10) = 1 ms: 4 groups a token, each 2 ms of copies less 3e hidden; 4 - 3 ms prefetch.
+    assert rows[1]["predicted_ms"] == pytest.approx(7.0 + 4 * (2.0 - 3 * e) + 1.0)
 
 
 def test_an_overlapped_run_without_its_blocking_run_is_refused_in_one_line():

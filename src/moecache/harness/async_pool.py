@@ -12,13 +12,17 @@ still be running waits for it first (a slot is reused only once its copy has lan
 
 Counts, per sequence: demand and prefetch copies, prefetches used by a token before their
 eviction or deadline, prefetches wasted (evicted, or left unused), the seconds the compute
-stalled on copies, the copy seconds hidden under compute, and the block's own seconds.
+stalled on copies, the copy seconds hidden under compute, and the block's own seconds; and,
+for the overlap cost model, the experts computed and each token's demand group: how many
+copies it made on demand and how many experts the compute finished before it waited on the
+last of them (`count_demand`), counts that depend on the decoding alone.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Collection
 
 import torch
@@ -61,6 +65,8 @@ class AsyncExpertPool(ExpertPool):
         self.tickets = list(self.tickets_of.values())  # every copy counted, for its time
         self.spans: list[Lap] = []  # the block's own time per token
         self.prefetched = {}  # those left from before count neither as used nor as wasted
+        self.experts_computed = 0
+        self.demand_groups: Counter = Counter()  # (copies, experts computed before) -> tokens
 
     def begin(self, t: int, request, needed: Collection[int]) -> None:
         """Token t requests `request`; `needed` are protected until `end(t)`."""
@@ -100,6 +106,20 @@ class AsyncExpertPool(ExpertPool):
             self.evict(chosen)
             missing = missing[: len(self.free)]
         self.submit(missing, deadline)
+
+    def count_demand(self, admitted, used, waits_first: bool) -> None:
+        """Token's demand copies `admitted` and its experts `used`, in the order the compute
+        takes them: the experts computed before the compute waits on the last expert copied
+        for it are the compute its copies can hide under. A kernel that waits for every
+        expert first (`waits_first`) hides none; copies the token does not use (a refresh's
+        other experts) are waited on only when the token ends: all of its experts."""
+        self.experts_computed += len(used)
+        if not admitted:
+            return
+        copied = set(admitted)
+        waits = [i for i, e in enumerate(used) if e in copied]
+        before = len(used) if not waits else 0 if waits_first else waits[-1]
+        self.demand_groups[(len(admitted), before)] += 1
 
     def protected(self) -> set:
         return set(self.needed) | set(self.in_flight)
@@ -200,4 +220,6 @@ class AsyncExpertPool(ExpertPool):
             # While the compute stalls the copy engine is busy, so the rest is hidden.
             "hidden_copy_seconds": max(0.0, busy - stall),
             "block_seconds": sum(lap.seconds() for lap in self.spans),
+            "experts_computed": self.experts_computed,
+            "demand_groups": [[d, j, n] for (d, j), n in sorted(self.demand_groups.items())],
         }

@@ -7,6 +7,8 @@ insertion, prefetches included.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from moecache.harness.async_pool import AsyncExpertPool
 
 SUMMED = (
@@ -17,7 +19,9 @@ SUMMED = (
     "stall_seconds",
     "hidden_copy_seconds",
     "block_seconds",  # the MoE blocks' own time, stalls included (the rest is outside them)
+    "experts_computed",
 )
+GROUPS = "demand_groups"  # [[copies, experts computed before the last, tokens], ...]
 
 
 def sequence_counts(pools) -> dict:
@@ -26,7 +30,17 @@ def sequence_counts(pools) -> dict:
         return {}
     layers = {pool.layer: pool.counts() for pool in pools}
     summed = {key: sum(counts[key] for counts in layers.values()) for key in SUMMED}
-    return {**summed, "layers": layers}
+    groups = merged_groups(counts[GROUPS] for counts in layers.values())
+    return {**summed, GROUPS: groups, "layers": layers}
+
+
+def merged_groups(lists) -> list:
+    """Demand groups (AsyncExpertPool.count_demand) of several layers or sequences, summed."""
+    total = Counter()
+    for groups in lists:
+        for copies, before, tokens in groups:
+            total[(copies, before)] += tokens
+    return [[copies, before, tokens] for (copies, before), tokens in sorted(total.items())]
 
 
 def totals(rows: list[dict]) -> dict:

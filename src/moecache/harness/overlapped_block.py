@@ -57,6 +57,7 @@ class OverlappedBlock(PooledMoeBlock):
             pool.settle(plan.evict)
             pool.apply(plan)
         used, slots, weights = self.chosen(request, top_weights, dtype, logits)
+        pool.count_demand(plan.admit, used, waits_first=not self.send.host_ids)
         kept = logits if probs is None else probs
         self.trace.append((t, request, used, len(plan.admit), plan.refresh, lap, kept))
         out = self.experts_output(x, used, slots, weights)

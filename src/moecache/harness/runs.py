@@ -355,6 +355,6 @@ def twin_record(twin: dict) -> dict:
     """What the results file keeps of a scaled run's 1x twin: its totals and per-sequence
     timing (equation (1)'s reference)."""
     keys = ("sequence", "timed_tokens", "step_seconds", "copy_seconds", "timed_copies")
-    keys += overlap.SUMMED  # an overlapped twin's counts too (the overlap cost model's)
+    keys += (*overlap.SUMMED, overlap.GROUPS)  # an overlapped twin's counts (the cost model's)
     rows = [{key: row[key] for key in keys if key in row} for row in twin["sequences"]]
     return {"totals": twin["totals"], "sequences": rows}

@@ -3,25 +3,31 @@ compute (harness/overlapped_block.py) predicted from its blocking twin's compute
 time tau, its copies per token and its prefetcher's accuracy.
 
 Derivation (docs/overlap.md states it with its assumptions). One link moves one expert at a
-time, tau(m) = m tau(1) each; the compute runs beside it. Per token:
+time, tau(m) each; the compute runs beside it. Per token:
 
 - The compute is c, equation (1)'s: the blocking run's step less its copies, at 1x. Of it,
   A ms run outside the MoE blocks (attention, norms, routers, the head): the window between
   one block's experts and the next block's, the only compute a next-layer prefetch can hide
   under. A is measured at the overlapped run's 1x twin: its step less its blocks' time.
-- A demand copy is known when its layer routes and is needed inside that layer: the
-  compute waits for all of it (the layer's other experts hide little: assumed none).
+- A layer's demand copies are known when it routes and are needed inside it. The compute
+  takes the layer's experts in order, each right after its copy lands: the j experts it
+  finishes before it waits on the last of the d copies hide j e of their d tau, e the
+  compute of one expert (the 1x twin's blocks less their stalls, per expert computed). The
+  harness counts each layer-token's group (d, j): counts of the decoding, not of the clock.
 - A prefetch is issued a window ahead; the link moves every prefetch, used or not, and what
   the windows do not hide stalls the compute: max(0, n_p tau - A). Demand copies queue behind
   prefetches on the one link, so the two stalls add.
-- A used prefetch is a demand copy saved: n_d = n - a n_p, n the copies the token would
-  make on demand (demand plus used prefetches) and a the prefetcher's accuracy.
+- A used prefetch is a demand copy saved: the groups hold n - a n_p copies a token, n the
+  copies the token would make on demand (demand plus used prefetches) and a the
+  prefetcher's accuracy.
 
-    T(m) = c + (n - a n_p) tau(m) + max(0, n_p tau(m) - A)
+    T(m) = c + sum over groups of max(0, d tau(m) - j e) + max(0, n_p tau(m) - A)
 
-With no prefetcher (n_p = 0) it is equation (1): the demand copies stall as blocking copies
-do. The eviction rule matters through n: FF and LRU differ by (n_LRU - n_FF) tau, hidden only
-where prefetches take the demand copies' place. Intervals: the measured run's own.
+With no prefetcher and nothing computed before the copies (j = 0, as a kernel that takes
+all of a token's experts at once) it is equation (1): the demand copies stall as blocking
+copies do. The eviction rule matters through the groups: FF and LRU differ by the copies
+FF saves, hidden only where the layer's compute or prefetches cover them. Intervals: the
+measured run's own.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moecache.errors import MoecacheError
+from moecache.harness.overlap import GROUPS, merged_groups
 
 WITHIN = 0.10  # issue 28: every overlapped run within 10% of the model
 
@@ -41,17 +48,39 @@ def timed(report: dict) -> int:
 
 
 def summed(report: dict, *keys: str) -> float:
-    """The sum of `keys` over the file's sequences."""
-    return sum(r[key] for r in report.get("sequences", []) for key in keys)
+    """The sum of `keys` over the file's sequences (0 for a key a row lacks)."""
+    return sum(r.get(key, 0) for r in report.get("sequences", []) for key in keys)
 
 
 def per_token(report: dict) -> dict:
-    """An overlapped run's counts per timed token: n (demand plus used prefetches), n_p and a."""
+    """An overlapped run's counts per timed token: n (demand plus used prefetches), n_p, a,
+    and its demand groups."""
     return {
         "n": summed(report, "demand_copies", "prefetch_used") / timed(report),
         "n_prefetch": summed(report, "prefetch_copies") / timed(report),
         "accuracy": report["totals"].get("prefetch_accuracy") or 0.0,
+        "groups": demand_groups(report),
     }
+
+
+def demand_groups(report: dict) -> tuple:
+    """(d, j, layer-tokens per timed token): its demand groups (harness AsyncExpertPool.
+    count_demand). A file recorded before the harness counted them: each demand copy a
+    group of its own with nothing computed before it, so that every copy stalls."""
+    rows = report.get("sequences", [])
+    if rows and all(GROUPS in row for row in rows):
+        groups = merged_groups(row[GROUPS] for row in rows)
+    else:
+        groups = [[1, 0, summed(report, "demand_copies")]]
+    return tuple((d, j, tokens / timed(report)) for d, j, tokens in groups if tokens)
+
+
+def expert_ms(report: dict) -> float:
+    """e: one expert's compute in an overlapped run's blocks, their time less the stalls
+    over the experts computed (0 for a file that did not count them: nothing hides)."""
+    computed = summed(report, "experts_computed")
+    busy = summed(report, "block_seconds") - summed(report, "stall_seconds")
+    return 1e3 * busy / computed if computed else 0.0
 
 
 def compute_ms(report: dict) -> float:
@@ -77,9 +106,11 @@ def outside_blocks_ms(report: dict) -> float:
     return 1e3 * (summed(report, "step_seconds") - summed(report, "block_seconds")) / timed(report)
 
 
-def predict(c: float, tau: float, n: float, n_prefetch: float, accuracy: float, window: float):
-    """T = c + (n - a n_p) tau + max(0, n_p tau - A), ms per token."""
-    return c + (n - accuracy * n_prefetch) * tau + max(0.0, n_prefetch * tau - window)
+def predict(c: float, tau: float, groups, expert: float, n_prefetch: float, window: float):
+    """T = c + sum over groups (d, j, per token) of max(0, d tau - j e) + max(0, n_p tau - A),
+    ms per token."""
+    demand = sum(share * max(0.0, d * tau - j * expert) for d, j, share in groups)
+    return c + demand + max(0.0, n_prefetch * tau - window)
 
 
 def same_run(a: dict, b: dict) -> bool:
@@ -115,12 +146,10 @@ def step_ms(report: dict) -> float:
     return 1e3 * summed(report, "step_seconds") / timed(report)
 
 
-def stall_ms(report: dict, window: float) -> float:
-    """The model's stall per token of an overlapped run: (n - a n_p) tau + max(0, n_p tau - A)."""
+def stall_ms(report: dict, window: float, expert: float) -> float:
+    """The model's stall per token of an overlapped run (predict with c = 0)."""
     counts = per_token(report)
-    return predict(
-        0.0, link_tau_ms(report), counts["n"], counts["n_prefetch"], counts["accuracy"], window
-    )
+    return predict(0.0, link_tau_ms(report), counts["groups"], expert, counts["n_prefetch"], window)
 
 
 def model_row(report: dict, base: dict) -> dict:
@@ -129,10 +158,10 @@ def model_row(report: dict, base: dict) -> dict:
     model reproduces the 1x step, as equation (1) does); c' - c, the blocking run's c, is
     what running the copy engine beside the compute costs the compute."""
     m, one = report["multiplier"], overlapped_1x(report)
-    window = outside_blocks_ms(one)
+    window, expert = outside_blocks_ms(one), expert_ms(one)
     c = compute_ms(base)
-    c_overlap = step_ms(one) - stall_ms(one, window)
-    predicted = c_overlap + stall_ms(report, window)
+    c_overlap = step_ms(one) - stall_ms(one, window, expert)
+    predicted = c_overlap + stall_ms(report, window, expert)
     counts, totals = per_token(report), report["totals"]
     measured = totals["step_ms"]
     error = predicted / measured - 1
@@ -145,11 +174,13 @@ def model_row(report: dict, base: dict) -> dict:
         "c_ms": c,
         "c_overlap_ms": c_overlap,
         "window_ms": window,
+        "expert_ms": expert,
         "tau_ms": link_tau_ms(report),
         "tau_blocking_ms": m * tau1,
         "n": counts["n"],
         "n_prefetch": counts["n_prefetch"],
         "accuracy": counts["accuracy"],
+        "groups": counts["groups"],
         "copy_compute_ratio": blocking_copies(base) * m * tau1 / c,
         "predicted_ms": predicted,
         "measured_ms": measured,
@@ -222,7 +253,7 @@ def prefetch_pair(first: list[dict], second: list[dict]) -> tuple[dict, dict]:
 
 
 def row_stall(row: dict, tau: float) -> float:
-    return predict(0.0, tau, row["n"], row["n_prefetch"], row["accuracy"], row["window_ms"])
+    return predict(0.0, tau, row["groups"], row["expert_ms"], row["n_prefetch"], row["window_ms"])
 
 
 # --- the chooser's overlapped candidates (moecache choose --overlap) --------------------------
@@ -244,6 +275,8 @@ class OverlappedPoint:
     accuracy: float
     window_ms: float
     step_ms: float
+    groups: tuple = ()  # (d, j, per token): its demand groups
+    expert_ms: float = 0.0
     tau1_ms: float | None = None
     sequences: tuple = ()  # not paired with any blocking run's
     shard: str | None = None
@@ -256,7 +289,7 @@ class OverlappedPoint:
 
     def ms_per_token(self, tau_ms: float) -> float:
         return predict(
-            self.compute_ms, tau_ms, self.n, self.n_prefetch, self.accuracy, self.window_ms
+            self.compute_ms, tau_ms, self.groups, self.expert_ms, self.n_prefetch, self.window_ms
         )
 
     def predicted_interval(self, tau_ms: float, seed: int = 0, level: float = 0.95):
@@ -282,6 +315,8 @@ def choice_points(reports: list[dict], tau1_ms: float | None) -> list[Overlapped
                 accuracy=row["accuracy"],
                 window_ms=row["window_ms"],
                 step_ms=row["measured_ms"],
+                groups=row["groups"],
+                expert_ms=row["expert_ms"],
                 tau1_ms=tau1_ms,
                 shard=report.get("shard"),
             )
