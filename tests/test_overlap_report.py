@@ -91,6 +91,7 @@ def fake_model(monkeypatch):
             "multiplier": r["multiplier"],
             "relative_error": errors[i % len(errors)],
             "within_10pct": abs(errors[i % len(errors)]) < 0.1,
+            "compute_ratio_to_1x": 1 + errors[i % len(errors)] / 4,
         }
         for i, r in enumerate(r for r in reports if r["overlap"])
     ]
@@ -152,12 +153,15 @@ def test_the_section_tables_and_the_models_verdicts(tmp_path, fake_model):
         "- Every overlapped run within 10% of the overlap cost model: no (largest error +12.0%"
         in text
     )
+    # Of the runs above 1x (ff-pregate, lru-pregate at 10x), the compute moved -2% and +0.25%.
+    assert "against the 1x twin's): -2.0% to +0.2% (largest ff-pregate at 10x)" in text
     fake_model.stops_mattering = lambda reports: None
     fake_model.model_rows = lambda reports, strict=True: [
         {"run": "x", "multiplier": 1, "relative_error": -0.04, "within_10pct": True}
     ]
     text = overlap_text(tmp_path, scenario(ff_overlapped_ms=5.0))
     assert "cannot say at which copy-to-compute ratio" in text
+    assert "The compute beside a slowed copy worker: no overlapped run above 1x." in text
     assert "cost model: yes (largest error -4.0%, x at 1x)." in text
 
 

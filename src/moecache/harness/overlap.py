@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from moecache.harness.async_pool import AsyncExpertPool
-
 SUMMED = (
     "demand_copies",
     "prefetch_copies",
@@ -26,6 +24,8 @@ GROUPS = "demand_groups"  # [[copies, experts computed before the last, tokens],
 
 def sequence_counts(pools) -> dict:
     """One sequence's counts over its layers' pools, and per layer; {} for blocking pools."""
+    from moecache.harness.async_pool import AsyncExpertPool  # torch: not for the report's use
+
     if not pools or not isinstance(pools[0], AsyncExpertPool):
         return {}
     layers = {pool.layer: pool.counts() for pool in pools}

@@ -146,6 +146,12 @@ def step_ms(report: dict) -> float:
     return 1e3 * summed(report, "step_seconds") / timed(report)
 
 
+def unstalled_ms(report: dict) -> float:
+    """An overlapped run's compute per token as measured: its step less its stall. A slower
+    link should leave it alone (the link check's test, for the copy worker)."""
+    return 1e3 * (summed(report, "step_seconds") - summed(report, "stall_seconds")) / timed(report)
+
+
 def stall_ms(report: dict, window: float, expert: float) -> float:
     """The model's stall per token of an overlapped run (predict with c = 0)."""
     counts = per_token(report)
@@ -182,6 +188,7 @@ def model_row(report: dict, base: dict) -> dict:
         "accuracy": counts["accuracy"],
         "groups": counts["groups"],
         "copy_compute_ratio": blocking_copies(base) * m * tau1 / c,
+        "compute_ratio_to_1x": unstalled_ms(report) / unstalled_ms(one),
         "predicted_ms": predicted,
         "measured_ms": measured,
         "measured_lo": totals["step_ms_ci"][0],

@@ -26,7 +26,8 @@ def overlap_section(workdir: Path, shard: str) -> str:
     multipliers = sorted({r["multiplier"] for r in reports if overlapped(r)})
     parts = [multiplier_table(reports, m) for m in multipliers]
     lines = [advantage_line(advantage(reports, m)) for m in multipliers]
-    lines += [stops_mattering_line(reports), model_line(reports), nll_line(reports)]
+    lines += [stops_mattering_line(reports), model_line(reports), compute_line(reports)]
+    lines += [nll_line(reports)]
     return "\n\n".join([*parts, "\n".join(f"- {line}" for line in lines)])
 
 
@@ -132,6 +133,21 @@ def model_line(reports: list[dict]) -> str:
         "Every overlapped run within 10% of the overlap cost model: "
         f"{'yes' if within else 'no'} (largest error {worst['relative_error']:+.1%}, "
         f"{worst['run']} at {worst['multiplier']:g}x)."
+    )
+
+
+def compute_line(reports: list[dict]) -> str:
+    """How far a slowed copy worker moved the compute: each overlapped run's step less
+    stall at m > 1 against its 1x twin's."""
+    rows = [r for r in overlap_model.model_rows(reports, strict=False) if r["multiplier"] > 1]
+    if not rows:
+        return "The compute beside a slowed copy worker: no overlapped run above 1x."
+    ratios = [row["compute_ratio_to_1x"] - 1 for row in rows]
+    worst = max(rows, key=lambda row: abs(row["compute_ratio_to_1x"] - 1))
+    return (
+        "The compute beside a slowed copy worker (step less stall, against the 1x twin's): "
+        f"{min(ratios):+.1%} to {max(ratios):+.1%} (largest {worst['run']} at "
+        f"{worst['multiplier']:g}x)."
     )
 
 

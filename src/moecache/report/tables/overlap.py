@@ -59,6 +59,7 @@ def overlapped_frame(paths) -> pd.DataFrame:
     model = pd.DataFrame(overlap_model.model_rows(reports, strict=False))
     if frame.empty or model.empty:
         return frame
-    keep = ["run", "multiplier", "c_ms", "c_overlap_ms", "tau_ms", "tau_blocking_ms"]
+    keep = ["run", "multiplier", "c_ms", "c_overlap_ms", "compute_ratio_to_1x"]
+    keep += ["tau_ms", "tau_blocking_ms"]
     keep += ["predicted_ms", "relative_error", "within_10pct"]
     return frame.merge(model[keep], on=["run", "multiplier"], how="left")
