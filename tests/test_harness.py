@@ -259,7 +259,7 @@ def test_arms_decoded_token_by_token_count_as_alone_and_never_two_pools(smoke):
     refused."""
     config, model, sequences = smoke
     ids = sequences[0][:24]
-    with decode.offloaded(model, [1, 2], 16, "cpu", 8, keep_own=True) as off:
+    with decode.offloaded(model, [1, 2], 16, "cpu", 8) as off:
         lru, every = arms_of(off, config, ["lru", "all"])
         base = decode.Arm("base", {})
         together = decode.decode_tokens(model, [base, every], ids, "cpu", off.own, turn=1)

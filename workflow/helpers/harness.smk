@@ -7,16 +7,29 @@ from moecache.runs import LABEL_PATTERN, batch_shapes
 FAN_OUT = configs.fan_out(config)
 
 
+def reference_left_out():
+    """Why the all-resident runs are not decoded (harness.device_gib too small for them,
+    the package's own answer, model/plan.py), or None."""
+    if "device_gib" not in config["harness"]:
+        return None
+    from moecache.model.plan import reference_left_out as left_out
+
+    return left_out(config)
+
+
+LEFT_OUT = reference_left_out()
+
+
 def decoded_runs():
     """(shard, run name) of every results file: each run x shard at 1x, and each run x
     multiplier on the first shard (slower copies rank the policies on the main shard, as
-    in the paper)."""
+    in the paper); not the all-resident runs where the device cannot hold them."""
     return [
         (shard, RunName(name, m))
         for name, run in RUNS.items()
         for shard in run.get("shards", SHARDS)
         for m in run.get("multipliers", [1])
-        if m == 1 or shard == FIRST_SHARD
+        if (m == 1 or shard == FIRST_SHARD) and not (LEFT_OUT and run["policy"] == "all")
     ]
 
 

@@ -126,7 +126,8 @@ def train(settings, kind, seed, price, model_source, tokenizer_source, text_path
     ctl, harness = settings["controller"], settings["harness"]
     torch.set_num_threads(ctl.get("threads", 1))
     torch.manual_seed(seed)
-    model = jobs.load_model(settings, model_source, harness["device"])
+    # The heads train through every layer's own experts: the whole model on the device.
+    model = jobs.load_model(settings, model_source, harness["device"], offload=False)
     model.requires_grad_(False)
     model.eval()
     layers = harness["restricted_layers"]

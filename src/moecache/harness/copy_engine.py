@@ -102,6 +102,9 @@ class HostCopyEngine:
             self.hold(ticket.start, self.reference)
             ticket.end = time.perf_counter()
             ticket.landed.set()
+            # The worker lives as long as the process: what the last copy reached (its
+            # pool and slots) must not live on with it.
+            copy = ticket = None
 
     def hold(self, started: float, copy_seconds: float | None) -> None:
         """A link m times slower: sleep (no spinning: a spinning thread would hold the GIL

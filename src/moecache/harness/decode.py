@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from moecache import policies
 from moecache.errors import MoecacheError
-from moecache.harness import overlap
+from moecache.harness import overlap, placement
 from moecache.harness.link import SlowLink
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.pooled_block import PooledMoeBlock
@@ -62,7 +62,8 @@ class Offload:
         pooled block's class (harness/union_block.py's for batched decoding)."""
         link = link or self.link
         hosts = {
-            layer: host.own_slots() if own_slots else host for layer, host in self.hosts.items()
+            layer: host.own_slots(capacity) if own_slots else host
+            for layer, host in self.hosts.items()
         }
         blocks = {
             layer: block(
@@ -74,6 +75,13 @@ class Offload:
             for layer, mlp in self.own.items()
         }
         return Arm(name, blocks, multiplier, future_of, limit)
+
+    def release_slots(self) -> None:
+        """The shared slot storage given back (its arms must be gone): what follows decodes
+        on slots of its own (Offload.arm's own_slots)."""
+        for host in self.hosts.values():
+            host.slots = host.new_slots(0)
+        gc.collect()  # the pools and kernels that held it, now, not at the next collection
 
     def device_bytes(self) -> dict:
         """What the device holds while pooled: the weights left on it (the offloaded
@@ -122,25 +130,24 @@ def offloaded(
     capacity: int,
     device: str,
     ring_mib: int,
-    keep_own=False,
     slots=None,
     link="auto",
 ):
-    """Move the restricted layers' expert weights off the device into host memory, with
-    `capacity` device slots per layer; the model is put back as it was afterwards.
+    """The restricted layers' expert weights in host memory (where `jobs.load_model` put
+    them, else moved there now: harness/placement.py), with `capacity` device slots per
+    layer shared by the arms decoded one after another; the model's own blocks are put back
+    afterwards (their experts stay on the host, staged onto the device when they run).
     `slots`: the slots a run uses in all (the link's device ring; default all of them);
-    `link`: the slower link's kind (harness.slow_link, link.py).
-    `keep_own`: the model's own weights stay on the device too, for an arm that runs the
-    model's own blocks beside the pooled ones (the gates)."""
+    `link`: the slower link's kind (harness.slow_link, link.py)."""
     adapter = registry.of(model)
     adapter.check_sparse(model.config, layers)
     own = {layer: adapter.block(model, layer) for layer in layers}
     device = torch.device(device)
+    placement.offload_experts(model, layers, device)
+    placement.release_staging(model)  # pooled, the own blocks' staging is not needed
     try:
         hosts = {}
         for layer, mlp in own.items():
-            if not keep_own:
-                adapter.experts(mlp).to("cpu")  # the originals leave the device while pooled
             hosts[layer] = HostExperts(adapter.experts(mlp), capacity, device)
         some = next(iter(hosts.values()))
 
@@ -157,7 +164,6 @@ def offloaded(
         yield Offload(model, adapter, own, hosts, new_link(link), new_link)
     finally:
         for layer, mlp in own.items():
-            adapter.experts(mlp).to(device)
             adapter.set_block(model, layer, mlp)
 
 
@@ -236,6 +242,8 @@ def decode_tokens(model, arms: list[Arm], ids, device, own=None, futures=None, t
             for pool in s["pools"]:  # an overlapped arm's copies end with its token
                 pool.drain()
             seconds = watch.stop()  # waits for the device, so the copy timers can be read
+            # An own block's staged experts (harness/placement.py) are not its compute.
+            seconds -= placement.take_staging_seconds(model)
             if t + 1 < len(ids):
                 s["nll_sum"] -= torch.log_softmax(logits[0, -1].float(), -1)[ids[t + 1]].item()
             if t == 0:  # the first token fills the empty pool and is not timed

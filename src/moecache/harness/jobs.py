@@ -14,8 +14,19 @@ import torch
 from moecache import config as configs
 from moecache import provenance
 from moecache.data import corpus
-from moecache.harness import bandwidth, batched_runs, decode, gates, link, link_check, profile, runs
+from moecache.harness import (
+    bandwidth,
+    batched_runs,
+    decode,
+    gates,
+    link,
+    link_check,
+    placement,
+    profile,
+    runs,
+)
 from moecache.model import checkpoint, plan, registry
+from moecache.model.memory import LEDGER
 from moecache.runs import RunName
 
 
@@ -27,16 +38,24 @@ def load(settings: dict, model_source: str, sequences_path):
     return model, corpus.read_sequences(sequences_path)
 
 
-def load_model(settings: dict, model_source: str, device: str):
+def load_model(settings: dict, model_source: str, device: str, offload=True):
+    """The model of a job, read into host memory; with `offload` (the harness's jobs) the
+    restricted layers' experts stay there, in one pinned copy, and only the other weights
+    go to the device (harness/placement.py); without (training through the experts), the
+    whole model goes to the device."""
     model_settings = settings["model"]
-    return checkpoint.load(
+    LEDGER.reset()  # a job's peaks start at its model
+    model = checkpoint.load(
         model_source,
         model_settings["dtype"],
-        device,
+        "cpu" if offload else device,
         model_settings["architecture"],
         model_settings.get("experts_implementation"),
         configs.family(settings),
     )
+    if offload:
+        placement.place(model, settings["harness"]["restricted_layers"], device)
+    return model
 
 
 def run_profile(settings, model_source, sequences_path, out) -> dict:
@@ -69,7 +88,13 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
 def run_gates(settings, model_source, sequences_path, out) -> dict:
     model, sequences = load(settings, model_source, sequences_path)
     sequences = sequences[: settings["harness"].get("gate_sequences")]
-    report = gates.run(model, sequences, settings["harness"], settings["seed"])
+    left_out = plan.reference_left_out(settings)
+    if left_out is None:
+        longest = max(len(ids) for ids in sequences)
+        reference = {"all": runs.resident_spec(settings)}
+        runs.refuse_unfitting_reference(settings, reference, model, longest)
+    report = gates.run(model, sequences, settings["harness"], settings["seed"], left_out)
+    report["accountant"] = LEDGER.report()
     gates.check(report)  # a failed gate fails the job, with the numbers, and writes nothing
     return provenance.write_results(out, report, settings, settings["harness"]["device"])
 
@@ -101,7 +126,8 @@ def run_decode(
     sequences = sequences[:first]
     if loaded is None:  # what the run holds, from the model's config, before it decodes
         longest = max(len(ids) for ids in sequences)
-        print("\n".join(plan.lines(plan.plan(settings, source=model_source, tokens=longest))))
+        memory = plan.plan(settings, source=model_source, tokens=longest, shard=first_shard)
+        print("\n".join(plan.lines(memory)))
     json.loads(Path(gates_path).read_text())  # the shard's gates passed (the rule's input)
     decoded = runs.decode_runs(settings, model, sequences, planned)
     only = None if run is None else str(run)
@@ -128,7 +154,9 @@ def run_decode_batched(
     sequences = sequences[: settings["harness"]["batched"]["sequences"]]
     if loaded is None:  # what the run holds, from the model's config, before it decodes
         longest = max(len(ids) for ids in sequences)
-        print("\n".join(plan.lines(plan.plan(settings, source=model_source, tokens=longest))))
+        # The decode and gates jobs' peaks are not this job's: the sizes alone.
+        memory = plan.plan(settings, source=model_source, tokens=longest, reference=False)
+        print("\n".join(plan.lines(memory)))
     json.loads(Path(where["gates"]).read_text())  # the shard's gates passed (the rule's input)
     results = batched_runs.decode_shapes(settings, model, sequences, where["trace"], planned)
     return batched_runs.write(settings, where["shard"], planned, results, where["out_dir"], run)

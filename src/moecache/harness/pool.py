@@ -20,6 +20,7 @@ from torch import nn
 
 from moecache.harness.link import SlowLink
 from moecache.harness.timing import Lap, Stopwatch
+from moecache.model.memory import DEVICE, HOST, LEDGER
 from moecache.policies import Plan
 
 
@@ -32,15 +33,23 @@ class HostExperts:
         self.pinned = self.device.type == "cuda"
         self.experts = experts
         self.host: dict[str, torch.Tensor] = {}  # parameter name -> [N, ...] in host memory
-        self.slots: dict[str, torch.Tensor] = {}  # parameter name -> [capacity, ...] on device
         for name, weight in experts.named_parameters(recurse=False):
+            # The offloaded experts' one host copy (harness/placement.py) is read in place;
+            # a module still on the device is copied out once, counted by the accountant.
             host = weight.detach().to("cpu").contiguous()
-            self.host[name] = host.pin_memory() if self.pinned else host
-            self.slots[name] = torch.empty(
-                (capacity, *host.shape[1:]), dtype=host.dtype, device=self.device
-            )
+            if self.pinned and not host.is_pinned():
+                host = LEDGER.adopt("experts", HOST, host.pin_memory())
+            self.host[name] = host
         self.num_experts = len(next(iter(self.host.values())))
         self.expert_bytes = sum(h[0].numel() * h.element_size() for h in self.host.values())
+        self.slots = self.new_slots(capacity)  # parameter name -> [capacity, ...] on device
+
+    def new_slots(self, capacity: int) -> dict[str, torch.Tensor]:
+        """`capacity` slots of device storage, through the accountant."""
+        return {
+            name: LEDGER.empty("slots", DEVICE, (capacity, *h.shape[1:]), h.dtype, self.device)
+            for name, h in self.host.items()
+        }
 
     @property
     def slot_bytes(self) -> int:
@@ -59,11 +68,11 @@ class HostExperts:
         """One expert's host tensors (what the slower link's device ring copies)."""
         return [h[0] for h in self.host.values()]
 
-    def own_slots(self) -> HostExperts:
-        """The same host weights with slot storage of their own: for runs decoded token by
-        token beside each other, whose residents must not overwrite each other's."""
+    def own_slots(self, capacity: int) -> HostExperts:
+        """The same host weights with `capacity` slots of their own: for runs decoded token
+        by token beside each other, whose residents must not overwrite each other's."""
         other = copy.copy(self)
-        other.slots = {name: torch.empty_like(slots) for name, slots in self.slots.items()}
+        other.slots = self.new_slots(capacity)
         return other
 
 

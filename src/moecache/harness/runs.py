@@ -8,6 +8,8 @@ scaled run (decode_scaled adds that), and the trace run when it reads that run's
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,8 @@ from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.harness import decode, gates, link, overlap, trace
 from moecache.harness.overlapped_block import overlapped, refuse_unranked
+from moecache.model.memory import LEDGER, device_total_bytes
+from moecache.model.plan import reference_device_bytes, reference_left_out
 from moecache.policies.all_resident import AllResident
 from moecache.runs import RunName
 
@@ -67,6 +71,10 @@ def plan_shard(settings: dict, shard: str, first_shard: str) -> dict[str, RunSpe
     demand read from a run the shard does not decode refuses with one line."""
     harness = settings["harness"]
     pairs = shard_runs(harness, shard, first_shard)
+    left_out = reference_left_out(settings)
+    if left_out:
+        print(left_out, file=sys.stderr)
+        pairs = [(n, m) for n, m in pairs if harness["runs"][n]["policy"] != RESIDENT]
     if not pairs:
         raise MoecacheError(f"shard {shard}: no run of harness.runs decodes it")
     labels = {str(RunName(n, k)) for n, k in pairs}
@@ -100,7 +108,8 @@ def plan_run(
         limit = None if multiplier == 1 else harness.get("scaled_sequences")
         source = run_spec(settings, trace_run, harness["runs"][trace_run], 1, limit)
         plan[source.label] = source
-    if multiplier == 1 and target.spec["policy"] != RESIDENT:
+    kept = not reference_left_out(settings)
+    if multiplier == 1 and target.spec["policy"] != RESIDENT and kept:
         reference = resident_spec(settings)
         plan[reference.label] = reference
     plan[target.label] = target
@@ -155,12 +164,18 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
     its twin; Delta NLL against the unmodified model on the sequences each run decoded
     (the gates showed the batched NLL equal to the teacher-forced one)."""
     harness = settings["harness"]
+    longest = max(len(ids) for ids in sequences)
+    refuse_unfitting_reference(settings, runs, model, longest)
+    # The model's own blocks, their experts staged one layer at a time where the device is
+    # not the host (harness/placement.py), before any slot is held.
     base_sums = decode.batched_nll_sums(model, sequences, harness["device"])
+    cut = scaled_sequences(harness, sequences)
+    cut_sums = decode.batched_nll_sums(model, cut, harness["device"]) if scaled_groups(runs) else []
     layers = harness["restricted_layers"]
     with decode.offloaded(
         model,
         layers,
-        max(run.capacity for run in runs.values()),
+        slot_layout(runs)[0],
         harness["device"],
         link.ring_mib(harness),
         slots=harness["capacity"] * len(layers),
@@ -178,19 +193,19 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
                 model, sequences, harness["device"], arms, off.own, *pace(settings)
             )
         demand = {arm.name: arm.demand for arm in arms}
+        del arms
+        off.release_slots()  # the scaled groups decode on slots of their own
         twins = {}
         for name, group in scaled_groups(runs).items():
             scaled = decode_scaled(settings, model, sequences, off, group, demand)
             twins[name] = scaled.pop(str(RunName(name).twin))
             results.update(scaled)
-    cut = scaled_sequences(harness, sequences)
     # The 1x run decoded the scaled runs' sequences whole: it is compared only when they are.
     whole = harness.get("scaled_tokens") is None
     for label, run in runs.items():
         if run.multiplier > 1:
             one = results.get(str(RunName(run.name))) if whole else None
             same_counts(label, results[label], twins[run.name], one)
-    cut_sums = decode.batched_nll_sums(model, cut, harness["device"]) if twins else []
     base_nll = {}
     for label, run in runs.items():
         result = results[label]
@@ -200,6 +215,32 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
         result["totals"]["delta_nll"] = result["totals"]["nll"] - base_nll[label]
     refuse_lossy_lossless(runs, results)
     return Decoded(results, base_nll, twins, memory)
+
+
+def slot_layout(runs: dict[str, RunSpec]) -> tuple[int, list[int]]:
+    """The slots per offloaded layer a decode job allocates, as (the storage its 1x runs
+    share, decoded one after another: their largest C; each scaled group's, held one group
+    at a time once the 1x runs are done: its twin's and each multiplier's C); `moecache
+    plan` sizes the job by the same function."""
+    shared = max((run.capacity for run in runs.values() if run.multiplier == 1), default=0)
+    groups = [(1 + len(group)) * group[0].capacity for group in scaled_groups(runs).values()]
+    return shared, groups
+
+
+def refuse_unfitting_reference(settings: dict, runs: dict[str, RunSpec], model, tokens) -> None:
+    """An all-resident run that the device cannot hold fails the job before any slot is
+    allocated, in one line saying how to leave it out (`model`'s folder planned for
+    sequences of `tokens`)."""
+    if not any(run.spec["policy"] == RESIDENT for run in runs.values()):
+        return
+    device = settings["harness"]["device"]
+    need = reference_device_bytes(settings, model.config, tokens)
+    have = device_total_bytes(device)
+    if need > have:
+        raise MoecacheError(
+            f"the all-resident reference needs {need / 2**30:.1f} GiB on {device}, which has "
+            f"{have / 2**30:.1f} GiB: set harness.device_gib to leave it out"
+        )
 
 
 def refuse_lossy_lossless(runs: dict[str, RunSpec], results: dict) -> None:
@@ -243,9 +284,12 @@ def decode_scaled(settings, model, sequences, off, group: list[RunSpec], demand)
     ]
     cut = scaled_sequences(harness, sequences)
     demand = {name: cut_demand(rows, cut) for name, rows in demand.items()}
-    return decode.decode(
+    results = decode.decode(
         model, cut, harness["device"], arms, off.own, *pace(settings), lockstep=True, demand=demand
     )
+    del arms
+    gc.collect()  # this group's slots given back before the next group's are made
+    return results
 
 
 def scaled_sequences(harness: dict, sequences: list) -> list:
@@ -322,6 +366,7 @@ def results_report(settings, runs, decoded: Decoded, label, shard, gates_path) -
         "interleaved_with": interleaved_with(runs, label),
         "twin_1x": None if run.multiplier == 1 else twin_record(decoded.twins[run.name]),
         "device_memory": decoded.memory,
+        "accountant": LEDGER.report(),
         "totals": result["totals"],
         "sequences": result["sequences"],
     }

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from moecache import config as configs
-from moecache.model import checkpoint, registry, tiny
+from moecache.model import checkpoint, memory, registry, tiny
 
 # Published config.json files of the paper-scale checkpoints, for planning offline.
 PUBLISHED = Path(__file__).resolve().parents[3] / "config" / "checkpoints"
@@ -26,6 +26,8 @@ def checkpoint_config(settings: dict, source: str | None = None):
     the embedded model's from the config, a local or cached checkpoint's own, else the
     published copy in config/checkpoints/."""
     model = settings["model"]
+    if hasattr(source, "model_type"):  # a loaded model's own config
+        return source
     if source is not None:
         return checkpoint.read_config(source)
     source = model["source"]
@@ -60,9 +62,13 @@ def kv_bytes_per_token(config, element: int) -> int:
     return config.num_hidden_layers * per_layer * element
 
 
-def plan(settings: dict, gpu_gib=None, source=None, tokens=None) -> dict:
+def plan(
+    settings: dict, gpu_gib=None, source=None, tokens=None, reference=True, shard=None
+) -> dict:
     """`source`: the model folder a job loads (default: the config's); `tokens`: the
-    longest sequence (default: the config's held-out max_tokens)."""
+    longest sequence (default: the config's held-out max_tokens); `reference`: with each
+    job's peaks (job_peaks), which asks whether the all-resident reference fits; `shard`:
+    the first shard, whose decode job those peaks size (default: the config's)."""
     config = checkpoint_config(settings, source)
     model = settings["model"]
     checkpoint.check_architecture(
@@ -71,17 +77,102 @@ def plan(settings: dict, gpu_gib=None, source=None, tokens=None) -> dict:
     harness = settings["harness"]
     element = torch.empty(0, dtype=checkpoint.DTYPES[model["dtype"]]).element_size()
     report = {
-        "source": source or model["source"],
+        "source": str(source) if isinstance(source, (str, Path)) else model["source"],
         "dtype": model["dtype"],
         **held(config, harness["restricted_layers"], harness["capacity"], element),
     }
     report["kv_cache_tokens"] = tokens or settings["corpus"]["heldout"]["max_tokens"]
     report["kv_cache_bytes"] = kv_bytes_per_token(config, element) * report["kv_cache_tokens"]
     report["device_bytes"] = report["held_bytes"] + report["kv_cache_bytes"]
+    if reference:
+        report.update(job_peaks(settings, report, shard))
     if gpu_gib is not None:
         report["gpu_gib"] = gpu_gib
-        report["fits"] = report["device_bytes"] <= gpu_gib * 2**30
+        report["fits"] = report["device_peak_bytes"] <= gpu_gib * 2**30
     return report
+
+
+def job_peaks(settings: dict, report: dict, shard=None) -> dict:
+    """Each harness job's device and host peak, as the accountant (model/memory.py) counts
+    them, and the largest: the gates (every lossless gate run on one shared storage, the
+    all-resident run's N slots where it is kept, beside one layer's own experts staged on a
+    GPU) and the first shard's decode (the model's own base NLL with one layer staged, then
+    the slots of harness/runs.py's slot_layout and the slower link's ring)."""
+    from moecache.harness.runs import plan_shard, slot_layout
+
+    harness = settings["harness"]
+    layers, n = len(report["offloaded_layers"]), report["num_experts"]
+    expert, cuda = report["expert_bytes"], torch.device(harness["device"]).type == "cuda"
+    staged = n if cuda else 0  # on a CPU the own block reads the host copy in place
+    ring, host_ring = ring_bytes(harness, expert, layers)
+
+    def device(slots, staged, ring):
+        return memory.device_peak(
+            report["weights_bytes"], expert, slots, staged, ring, report["kv_cache_bytes"]
+        )
+
+    kept = reference_left_out(settings) is None
+    gate_slots = max(harness["capacity"], n if kept else 0) * layers
+    shard = shard or next(iter(settings["corpus"]["heldout"]["shards"]))  # it decodes most
+    shared, groups = slot_layout(plan_shard(settings, shard, shard))
+    decode_slots = max(shared, *groups) * layers
+    jobs = {
+        "gates": device(gate_slots, staged, ring),
+        "decode": max(device(0, staged, 0), device(decode_slots, 0, ring)),
+    }
+    host = report["pinned_host_bytes"] + host_ring
+    return {
+        "reference_kept": kept,
+        "job_device_peak_bytes": jobs,
+        "device_peak_bytes": max(jobs.values()),
+        "host_peak_bytes": host,
+        # transformers reads the whole checkpoint into host memory first; each offloaded
+        # layer's pinned copy is made (and its original freed) one layer at a time.
+        "host_load_peak_bytes": report["total_weights_bytes"] + (n * expert if cuda else 0),
+    }
+
+
+def ring_bytes(harness: dict, expert: int, layers: int) -> tuple[int, int]:
+    """The slower link's device and host rings (harness/link.py SlowLink; none but on CUDA's
+    `ring` kind), for C slots per offloaded layer."""
+    from moecache.harness import link
+
+    if link.resolve(harness.get("slow_link", "auto"), harness["device"]) != "ring":
+        return 0, 0
+    host_blocks = max(2, -(-link.ring_mib(harness) * 2**20 // expert))
+    return max(2, harness["capacity"] * layers) * expert, host_blocks * expert
+
+
+def reference_device_bytes(settings: dict, source=None, tokens=None) -> int:
+    """The device memory the all-resident reference needs: every expert of the offloaded
+    layers in its slots, beside the resident weights, the link's ring and the KV cache
+    (`source`, `tokens`: as plan's)."""
+    report = plan(settings, source=source, tokens=tokens, reference=False)
+    layers = len(report["offloaded_layers"])
+    ring, _ = ring_bytes(settings["harness"], report["expert_bytes"], layers)
+    return memory.device_peak(
+        report["weights_bytes"],
+        report["expert_bytes"],
+        report["num_experts"] * layers,
+        0,
+        ring,
+        report["kv_cache_bytes"],
+    )
+
+
+def reference_left_out(settings: dict) -> str | None:
+    """Why the all-resident reference cannot run within the configured device memory
+    (harness.device_gib), in one line; None where it fits or no size is configured."""
+    gib = settings["harness"].get("device_gib")
+    if gib is None:
+        return None
+    need = reference_device_bytes(settings)
+    if need <= gib * 2**30:
+        return None
+    return (
+        f"all-resident reference left out: every expert of the offloaded layers on the "
+        f"device needs {need / 2**30:.1f} GiB, harness.device_gib is {gib:g}"
+    )
 
 
 def held(config, layers, capacity: int, element: int) -> dict:
@@ -114,6 +205,7 @@ def held(config, layers, capacity: int, element: int) -> dict:
         "shared_expert_bytes": count(shared),
         "slot_bytes": expert_bytes * capacity * len(layers),
         "pinned_host_bytes": count(offloaded),
+        "total_weights_bytes": count([model]),
     }
     report["held_bytes"] = report["weights_bytes"] + report["slot_bytes"]
     return report
@@ -135,7 +227,18 @@ def lines(report: dict) -> list[str]:
         f"{gib('kv_cache_bytes')} ({report['kv_cache_tokens']} tokens)",
         f"  pinned host: {gib('pinned_host_bytes')}",
     ]
+    if "device_peak_bytes" in report:
+        jobs = ", ".join(
+            f"{job} {b / 2**30:.3f} GiB" for job, b in report["job_device_peak_bytes"].items()
+        )
+        reference = "kept" if report["reference_kept"] else "left out (harness.device_gib)"
+        out += [
+            f"  device peak: {gib('device_peak_bytes')} ({jobs}; the all-resident "
+            f"reference {reference})",
+            f"  host peak: {gib('host_peak_bytes')} while decoding; "
+            f"{gib('host_load_peak_bytes')} while loading (the whole checkpoint read first)",
+        ]
     if "fits" in report:
-        verdict = "fits" if report["fits"] else "does NOT fit"
+        verdict = "peak fits" if report["fits"] else "peak does NOT fit"
         out.append(f"  {verdict} a {report['gpu_gib']:g} GiB GPU")
     return out

@@ -26,7 +26,8 @@ def setup(settings: dict, model_source, tokenizer_source):
 
     torch.set_num_threads(settings["router_tuning"]["threads"])
     torch.manual_seed(settings["seed"])
-    model = jobs.load_model(settings, model_source, settings["harness"]["device"])
+    # LoRA trains through the experts: the whole model on the device.
+    model = jobs.load_model(settings, model_source, settings["harness"]["device"], offload=False)
     return model, tokenizer.load(tokenizer_source)
 
 

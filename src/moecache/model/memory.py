@@ -1,0 +1,95 @@
+"""The accountant: every byte a job places on the device or keeps in host memory for the
+offloaded experts, by what it is, and the peak of each, on a CPU as on CUDA.
+
+The model's resident weights, the host experts, the device slots, the staging of one
+layer's own experts and the slower link's rings are allocated (or, for weights that
+transformers placed, adopted) through one `Ledger`; a tensor's bytes leave the ledger when
+the tensor is collected, so the ledger follows what is alive as the CUDA allocator does
+(`torch.cuda.max_memory_allocated`), whatever the device. `moecache plan` predicts the same
+figures from the config alone with `job_peaks`, the one formula both sides share.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+
+import torch
+
+DEVICE, HOST = "device", "host"
+
+
+class Ledger:
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        """Nothing held and the peaks at zero (a job's start; tests between models)."""
+        self.held = {DEVICE: {}, HOST: {}}  # where -> what -> bytes alive
+        self.peak = {DEVICE: 0, HOST: 0}
+        self.peak_parts = {DEVICE: {}, HOST: {}}  # what made up each peak
+
+    def reset_peak(self) -> None:
+        """The peaks from now on (what is held stays counted), as
+        torch.cuda.reset_peak_memory_stats: each job of one process measured apart."""
+        for where, held in self.held.items():
+            self.peak[where], self.peak_parts[where] = sum(held.values()), dict(held)
+
+    def empty(self, what: str, where: str, shape, dtype, device, pin=False) -> torch.Tensor:
+        """A new tensor, counted under `what` in `where` until it is collected."""
+        tensor = torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)
+        return self.adopt(what, where, tensor)
+
+    def adopt(self, what: str, where: str, tensor: torch.Tensor) -> torch.Tensor:
+        """Count a tensor allocated elsewhere (a weight transformers placed, a pinned copy)."""
+        nbytes = tensor.numel() * tensor.element_size()
+        self._add(what, where, nbytes)
+        weakref.finalize(tensor, self._add, what, where, -nbytes)
+        return tensor
+
+    def _add(self, what: str, where: str, nbytes: int) -> None:
+        held = self.held[where]
+        held[what] = held.get(what, 0) + nbytes
+        if held[what] == 0:
+            del held[what]
+        total = sum(held.values())
+        if total > self.peak[where]:
+            self.peak[where] = total
+            self.peak_parts[where] = dict(held)
+
+    def bytes(self, where: str) -> int:
+        return sum(self.held[where].values())
+
+    def report(self) -> dict:
+        return {
+            "device_peak_bytes": self.peak[DEVICE],
+            "host_peak_bytes": self.peak[HOST],
+            "device_peak_parts": self.peak_parts[DEVICE],
+            "host_peak_parts": self.peak_parts[HOST],
+        }
+
+
+# One per process, as torch.cuda's memory statistics are: every allocation of a job goes
+# through it, wherever in the harness it is made.
+LEDGER = Ledger()
+
+
+def tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def device_peak(weights: int, expert: int, slots: int, staged: int, ring: int, kv: int) -> int:
+    """What a job holds on the device at one moment: the resident weights, `slots` expert
+    slots in all, `staged` experts of an own block staged, the link's device ring and the
+    KV cache (bytes; `expert`: one expert's). The plan and the accountant's test both size a
+    job's phases with it."""
+    return weights + (slots + staged) * expert + ring + kv
+
+
+def device_total_bytes(device) -> int:
+    """What the device has: a GPU's memory; on a CPU, where the device and the host share
+    the memory, the machine's physical memory."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -1,0 +1,165 @@
+"""The accountant (model/memory.py) against `moecache plan`: every config of config/ at its
+real per-layer shapes (hidden size, expert width, N, k, the family's real attention), with
+one MoE layer, a small vocabulary, random weights and a few tokens, through the real
+loading, gates and decode code; the accountant's device and host peaks of each job within
+5% of the plan's figures for the same layers. Also: loading keeps one host copy of the
+offloaded experts, the slots each run holds are its own C, and an own block whose experts
+are staged one layer at a time gives the model's own NLL."""
+
+from __future__ import annotations
+
+import copy
+import gc
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, load_yaml
+
+from moecache import config as configs
+from moecache.harness import decode, gates, jobs, placement, runs
+from moecache.model import memory, plan, registry, tiny
+from moecache.model.memory import LEDGER
+
+CONFIGS = sorted((REPO / "config").glob("*.yaml"))
+VOCAB = 256
+TOKENS = 5
+NEEDS_FILES = {"controller", "learned"}  # policies that read a trained artifact
+
+
+def transformers_config(settings: dict):
+    """The checkpoint's config as the plan reads it; a rehearsal's tiny checkpoint (built by
+    tests/rehearsal/build.py at run time) from its family and sizes."""
+    model = settings["model"]
+    if str(model["source"]).startswith("rehearsal/"):
+        return tiny.config(configs.family(settings), model["architecture"], VOCAB)
+    return plan.checkpoint_config(settings)
+
+
+def one_moe_layer(settings: dict, tmp_path: Path) -> tuple[dict, Path]:
+    """The config's model cut to its first MoE layer (and the dense layers before it), at
+    the config's dtype with random weights, saved as a checkpoint; settings that offload
+    that layer, decode on the CPU, and keep the runs that need no trained artifact."""
+    config = transformers_config(settings)
+    adapter = registry.adapter_for(config.model_type)
+    layer = adapter.sizes(config).moe_layers[0]
+    config.num_hidden_layers = layer + 1
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[: layer + 1]
+    config.vocab_size = VOCAB
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(config, key, None)
+    config.tie_word_embeddings = False
+    dtype = plan.checkpoint.DTYPES[settings["model"]["dtype"]]
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_((torch.rand(p.shape, generator=generator) - 0.5).to(p.dtype) * 0.05)
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.zero_()
+    folder = tmp_path / "checkpoint"
+    model.save_pretrained(folder)
+    del model
+    gc.collect()
+
+    settings = copy.deepcopy(settings)
+    arch = settings["model"]["architecture"]
+    arch["num_hidden_layers"] = layer + 1
+    settings["model"].update(source=str(folder))
+    harness = settings["harness"]
+    harness.update(device="cpu", restricted_layers=[layer], warmup_tokens=1, gate_repeats=1)
+    harness.pop("device_gib", None)
+    harness["runs"] = {
+        name: run
+        for name, run in harness["runs"].items()
+        if not any(run["policy"].startswith(p) for p in NEEDS_FILES)
+    }
+    settings["corpus"]["heldout"]["max_tokens"] = TOKENS
+    return settings, folder
+
+
+def within(measured: int, planned: int, share=0.05) -> bool:
+    return abs(measured - planned) <= share * planned
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_the_accountants_peaks_are_the_plans_for_every_config(path, tmp_path):
+    settings, folder = one_moe_layer(load_yaml(path), tmp_path)
+    sequences = [list(range(1, TOKENS + 1)), list(range(7, 7 + TOKENS))]
+    planned = plan.plan(settings, source=str(folder), tokens=TOKENS)
+
+    model = jobs.load_model(settings, str(folder), "cpu")  # resets the accountant
+    loaded_host = LEDGER.bytes(memory.HOST)
+    assert loaded_host == planned["pinned_host_bytes"]  # one host copy of the experts
+
+    peaks = {}
+    LEDGER.reset_peak()
+    gates.run(model, sequences, settings["harness"], settings["seed"])
+    gc.collect()
+    peaks["gates"] = dict(LEDGER.peak)
+    LEDGER.reset_peak()
+    shard = next(iter(settings["corpus"]["heldout"]["shards"]))
+    runs.decode_runs(settings, model, sequences, runs.plan_shard(settings, shard, shard))
+    peaks["decode"] = dict(LEDGER.peak)
+    parts = LEDGER.report()
+
+    for job, peak in peaks.items():
+        expected = planned["job_device_peak_bytes"][job]
+        assert within(peak[memory.DEVICE], expected), (job, peak, expected, parts)
+        assert within(peak[memory.HOST], planned["host_peak_bytes"]), (job, peak, planned)
+    assert planned["device_peak_bytes"] == max(planned["job_device_peak_bytes"].values())
+
+
+def test_each_run_holds_its_own_capacity_and_the_shared_storage_its_largest(smoke_config):
+    """Slots by what runs: the 1x runs share the largest C among them, a scaled group's arms
+    hold C each, and no arm is given N slots unless it is the all-resident run."""
+    settings = smoke_config
+    shard = next(iter(settings["corpus"]["heldout"]["shards"]))
+    planned = runs.plan_shard(settings, shard, shard)
+    shared, groups = runs.slot_layout(planned)
+    num_experts = settings["model"]["architecture"]["num_experts"]
+    assert shared == num_experts  # the smoke config keeps its all-resident reference
+    scaled = [run for run in planned.values() if run.multiplier > 1]
+    assert groups and all(g % settings["harness"]["capacity"] == 0 for g in groups)
+    assert all(run.capacity < num_experts for run in scaled)
+    without = {label: run for label, run in planned.items() if run.spec["policy"] != "all"}
+    assert runs.slot_layout(without)[0] == max(run.capacity for run in without.values())
+
+
+def test_a_reference_the_device_cannot_hold_is_left_out_in_one_line(smoke_config, capsys):
+    settings = smoke_config
+    settings["harness"]["device_gib"] = 1e-6
+    reason = plan.reference_left_out(settings)
+    assert reason and "all-resident reference left out" in reason and "\n" not in reason
+    shard = next(iter(settings["corpus"]["heldout"]["shards"]))
+    planned = runs.plan_shard(settings, shard, shard)
+    assert all(run.spec["policy"] != "all" for run in planned.values())
+    assert "left out" in capsys.readouterr().err
+    assert plan.plan(settings)["reference_kept"] is False
+    settings["harness"]["device_gib"] = 80
+    assert plan.reference_left_out(settings) is None
+
+
+def test_staged_own_blocks_give_the_models_own_nll_one_layer_at_a_time(smoke_config):
+    """What a GPU does when the model's own block runs over offloaded experts (their N
+    experts staged onto the device one layer at a time), forced on a CPU: the same NLL as
+    the model with its experts in place, and never more than one layer's experts staged."""
+    arch = smoke_config["model"]["architecture"]
+    model = tiny.model("olmoe", arch, 64, seed=0)
+    sequences = [list(range(1, 20)), list(range(5, 30))]
+    before = decode.batched_nll_sums(model, sequences, "cpu")
+    LEDGER.reset()
+    layers = [1, 2]
+    placement.offload_experts(model, layers, "cpu", stage=True)
+    experts = registry.of(model).layer_experts(model, 1)
+    one_layer = memory.tensor_bytes(experts.parameters())
+    assert decode.batched_nll_sums(model, sequences, "cpu") == before
+    assert LEDGER.peak[memory.DEVICE] == one_layer  # one staging buffer for both layers
+    assert all(p.device.type == "cpu" for p in experts.parameters())  # back on the host
+    assert placement.take_staging_seconds(model) > 0
