@@ -13,7 +13,7 @@ import torch
 
 from moecache.controller.mixture import ControlledBlock
 from moecache.controller.train import new_heads
-from moecache.model import registry, routing, tiny
+from moecache.model import plan, registry, routing, tiny
 
 ARCH = {
     "hidden_size": 32,
@@ -225,3 +225,23 @@ def test_requests_come_most_probable_first_and_compute_the_same(name):
     assert (weights[:, :-1] >= weights[:, 1:]).all()
     assert recorded[LAYER][1].tolist() == index.tolist()
     torch.testing.assert_close(out, own_out, rtol=0, atol=0)  # the same sums, exactly
+
+
+# --- the KV cache the plan counts ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["deepseek_v2", "deepseek_v3", "olmoe", "qwen3_moe"])
+def test_the_plan_counts_the_kv_cache_transformers_holds(family):
+    from transformers import DynamicCache
+
+    own_model = tiny.model(family, ARCH, VOCAB, seed=0)
+    tokens = 9
+    cache = DynamicCache(config=own_model.config)
+    with torch.no_grad():
+        own_model(input_ids=torch.arange(tokens)[None], cache=cache, use_cache=True)
+    held = sum(
+        tensor.numel() * tensor.element_size()
+        for layer in cache.layers
+        for tensor in (layer.keys, layer.values)
+    )
+    assert held == plan.kv_bytes_per_token(own_model.config, element=4) * tokens
