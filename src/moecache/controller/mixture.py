@@ -8,16 +8,21 @@ policy-gradient objective): refreshes are drawn from Bernoulli(beta_t) and new s
 Gumbel top-C from the scores (Plackett-Luce), so the cache is a 0/1 mask exactly as in the
 harness, and the block keeps the log-probability of its decisions. Either way a sequence's
 first token selects a set (the harness's untimed fill), and the router then chooses its
-top k among the cached experts by its full softmax, renormalised where the family's router
-renormalises (not OLMoE's), as in the harness; the family's shared experts are added.
-Families whose router does not select on softmax probabilities refuse this stage
-(MoeAdapter.unsupported).
+top k with each expert's probability scaled by its membership, through the family's
+adapter (`MoeAdapter.mix`): its full softmax, renormalised where the family's router
+renormalises (not OLMoE's), DeepSeek-V2's group limit and `routed_scaling_factor`; with a
+0/1 cache that is the harness's restricted routing, and with every expert cached the
+model's own block. The family's shared experts are added. Families whose router does not
+select on softmax probabilities refuse this stage (MoeAdapter.unsupported), here as in the
+config's check.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from moecache.errors import MoecacheError
 
 TINY = 1e-9
 
@@ -27,12 +32,14 @@ class ControlledBlock(nn.Module):
         self, mlp, adapter, heads, layer: int, capacity: int, mode: str, temperature: float
     ):
         super().__init__()
+        reason = adapter.unsupported("controller")
+        if reason:
+            raise MoecacheError(f"controller: the {adapter.family} family cannot run it: {reason}")
         object.__setattr__(self, "own", mlp)  # reached through the adapter, not registered
         self.adapter = adapter
         self.gate, self.experts = adapter.router(mlp), adapter.experts(mlp)
         self.heads, self.layer, self.capacity = heads, layer, capacity
         self.mode, self.temperature = mode, temperature
-        self.top_k = adapter.top_k(mlp)
         self.stats: dict[str, torch.Tensor] = {}
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -45,16 +52,14 @@ class ControlledBlock(nn.Module):
             member, stats = soft_cache(beta, scores, self.capacity, self.temperature)
         else:
             member, stats = sampled_cache(beta, scores, self.capacity)
-        restricted = probs * member
-        weights, index = restricted.topk(self.top_k, dim=-1)
-        if self.adapter.renormalises(self.own):
-            weights = weights / weights.sum(-1, keepdim=True).clamp_min(TINY)
-        out = self.experts(x, index.view(-1, self.top_k), weights.view(-1, self.top_k).to(x.dtype))
+        weights, index = self.adapter.mix(self.own, logits, member.reshape(-1, member.shape[-1]))
+        out = self.experts(x, index, weights.to(x.dtype))
         shared = self.adapter.shared(self.own, x)
         out = out if shared is None else out + shared
         requested = request.view(batch, length, -1)
         # Of the experts the router asked for, how many the cache did not hold.
         stats["misses"] = (1 - member.gather(-1, requested)).sum(-1)
+        restricted = probs * member
         q = restricted / restricted.sum(-1, keepdim=True).clamp_min(TINY)
         stats["kl"] = (probs * (probs.clamp_min(TINY).log() - q.clamp_min(TINY).log())).sum(-1)
         self.stats = stats

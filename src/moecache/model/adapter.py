@@ -13,6 +13,9 @@ optionally the top-k weights renormalised (OLMoE, Qwen2-MoE, Qwen3-MoE).
 Restricted routing masks the scores the model selects on, just before its own top-k: the
 router then picks what it would pick if the other experts did not exist, and weights them
 as it weights any choice (renormalised where the model renormalises, not where it does not).
+The controller's training block routes through `mix`, the same selection with each expert's
+score scaled by a membership in [0, 1]. A request (`route`) lists its experts most probable
+first, as policies read it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from torch import nn
 from moecache.errors import MoecacheError
 
 NEG_INF = float("-inf")
+TINY = 1e-9  # the floor of a soft mixture's renormalising sum
 
 
 @dataclass(frozen=True)
@@ -115,9 +119,15 @@ class MoeAdapter:
 
     # -- routing, exactly as the model computes it
     def route(self, block, x: torch.Tensor):
-        """(router logits [T, N], top-k weights [T, k], top-k ids [T, k]): the model's own
-        router, so transformers still records its logits."""
-        return self.router(block)(x)
+        """(router logits [T, N], top-k weights [T, k], top-k ids [T, k]), most probable
+        first: the model's own router, so transformers still records its logits."""
+        logits, weights, index = self.router(block)(x)
+        return (logits, *self.most_probable_first(weights, index))
+
+    def most_probable_first(self, weights: torch.Tensor, index: torch.Tensor):
+        """The router's top-k (weights, ids) in the order policies read a request, most
+        probable first; the common routers' own top-k already is."""
+        return weights, index
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         """The router's probabilities over all experts, which policies may read."""
@@ -130,6 +140,16 @@ class MoeAdapter:
         top, index = probs.masked_fill(~allowed, NEG_INF).topk(self.top_k(block), dim=-1)
         if self.renormalises(block):
             top = top / top.sum(dim=-1, keepdim=True)
+        return top, index
+
+    def mix(self, block, logits: torch.Tensor, member: torch.Tensor):
+        """Top-k weights and ids of the router's choice with each expert's score scaled by
+        its membership `member` [T, N] in [0, 1] (the controller's soft cache),
+        differentiable in it: with member = 1 the model's own routing, with a 0/1 member
+        `restrict`'s among the members."""
+        top, index = (self.probabilities(logits) * member).topk(self.top_k(block), dim=-1)
+        if self.renormalises(block):
+            top = top / top.sum(-1, keepdim=True).clamp_min(TINY)
         return top, index
 
     def top_k(self, block) -> int:

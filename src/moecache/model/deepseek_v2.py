@@ -3,11 +3,16 @@ dense, then sparse blocks of `n_routed_experts` routed experts plus `n_shared_ex
 shared ones (`mlp.shared_experts`, always resident, never offloaded). The router at
 `mlp.gate` takes a softmax in float32, then top-k, greedily or group-limited (the best
 `topk_group` groups by their best expert), never renormalised, scaled by
-`routed_scaling_factor`. Restricted, the group choice is the model's own (over every
-expert's score, as the router computes it) and the disallowed experts are masked at the
-final top-k, so a resident set that holds the requested experts gives the request back
-(Dwell-1's gate). Where the chosen groups hold fewer than k allowed experts the router's own
-zero-fill lets allowed experts of other groups in, at weight zero, as the model would.
+`routed_scaling_factor`; its top-k is unsorted (`sorted=False`), so a request is reordered
+most probable first (the block's sum is the same in any order).
+
+Restricted, the groups are ranked by their best allowed expert (a group without one comes
+last), so the allowed experts of the best allowed groups are chosen; where those groups
+hold fewer than k allowed experts the group limit yields and the top k allowed experts are
+chosen, rather than fill the top-k with zero-weight experts. A resident set that holds the
+requested experts gives the request back (Dwell-1's gate): their groups rank first. The
+controller's soft mixture (`mix`) ranks groups by the scores scaled by membership; at
+membership 1 that is the model's own routing.
 """
 
 from __future__ import annotations
@@ -36,15 +41,38 @@ class DeepseekV2Adapter(MoeAdapter):
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.float().softmax(dim=-1, dtype=torch.float32)
 
+    def most_probable_first(self, weights, index):
+        order = weights.argsort(dim=-1, descending=True, stable=True)
+        return weights.gather(-1, order), index.gather(-1, order)
+
     def restrict(self, block, logits, allowed):
         router = self.router(block)
         scores = self.probabilities(logits)
         if router.topk_method == "group_limited_greedy":
-            groups = scores.view(-1, router.num_group, router.num_experts // router.num_group)
-            chosen = groups.max(dim=-1).values.topk(router.topk_group, dim=-1).indices
-            scores = scores.masked_fill(~in_groups(scores, chosen, router.num_group), 0.0)
+            scores = scores.masked_fill(~self.group_limit(router, scores, allowed), 0.0)
         top, index = scores.masked_fill(~allowed, NEG_INF).topk(router.top_k, dim=-1)
         return top * router.routed_scaling_factor, index
+
+    def mix(self, block, logits, member):
+        router = self.router(block)
+        scores = self.probabilities(logits) * member
+        if router.topk_method == "group_limited_greedy":
+            scores = scores.masked_fill(~self.group_limit(router, scores, member > 0), 0.0)
+        top, index = scores.topk(router.top_k, dim=-1)
+        return top * router.routed_scaling_factor, index
+
+    def group_limit(self, router, scores, allowed) -> torch.Tensor:
+        """[T, N] bool: the experts of the `topk_group` groups that score best over their
+        allowed experts (the model's own groups when every expert is allowed); every expert
+        where those groups hold fewer than k allowed ones."""
+        ranked = self.group_scores(router, scores, allowed)
+        chosen = ranked.topk(router.topk_group, dim=-1).indices
+        grouped = in_groups(chosen, router.num_group, router.num_experts)
+        return grouped | ((grouped & allowed).sum(dim=-1, keepdim=True) < router.top_k)
+
+    def group_scores(self, router, scores, allowed) -> torch.Tensor:
+        """[T, groups]: each group's best allowed expert's score (-inf: none allowed)."""
+        return allowed_by_group(router, scores, allowed).max(dim=-1).values
 
     def renormalises(self, block) -> bool:
         return False
@@ -56,8 +84,14 @@ class DeepseekV2Adapter(MoeAdapter):
         return [block.shared_experts]
 
 
-def in_groups(scores, chosen, num_group: int) -> torch.Tensor:
-    """[T, N] bool: the experts of each token's `chosen` groups."""
-    mask = torch.zeros(scores.shape[0], num_group, dtype=torch.bool, device=scores.device)
+def allowed_by_group(router, scores, allowed) -> torch.Tensor:
+    """[T, groups, experts per group]: the scores, -inf where not allowed."""
+    size = router.num_experts // router.num_group
+    return scores.masked_fill(~allowed, NEG_INF).view(-1, router.num_group, size)
+
+
+def in_groups(chosen: torch.Tensor, num_group: int, num_experts: int) -> torch.Tensor:
+    """[T, N] bool: the experts of each token's `chosen` groups [T, g]."""
+    mask = torch.zeros(chosen.shape[0], num_group, dtype=torch.bool, device=chosen.device)
     mask.scatter_(1, chosen, True)
-    return mask.repeat_interleave(scores.shape[1] // num_group, dim=1)
+    return mask.repeat_interleave(num_experts // num_group, dim=1)

@@ -1,18 +1,27 @@
 """DeepSeek-V3 (deepseek-ai/DeepSeek-V3, Moonlight, Kimi-K2 alike): DeepSeek-V2's layout
 (dense first layers, shared experts always resident), with a sigmoid router: scores =
 sigmoid(logits); the choice adds `e_score_correction_bias`; the best `topk_group` of
-`n_group` groups (by the sum of their two best) are kept; top-k; the weights are the
-unbiased scores, renormalised when `norm_topk_prob`, times `routed_scaling_factor`.
-Restricted, the group choice is the model's own and the disallowed experts are masked at
-the final top-k (as DeepSeek-V2's adapter); where the chosen groups hold fewer than k allowed
-experts the group limit is lifted rather than compute an expert that is not resident."""
+`n_group` groups (by the sum of their two best) are kept; top-k, unsorted; the weights are
+the unbiased scores, renormalised when `norm_topk_prob`, times `routed_scaling_factor`. A
+request is reordered by those weights, most probable first.
+
+Restricted, the model's own groups are kept where they hold k allowed experts: a group's
+score reads its second-best expert, which need not be resident, so ranking groups over the
+allowed experts alone could drop the group of a requested expert, and a resident set
+holding the requested experts must give the request back (Dwell-1's gate). Where the
+model's groups hold fewer, the groups are ranked as DeepSeek-V2's adapter ranks them, over
+the allowed experts (the sum of a group's two best allowed choice scores, its one allowed
+expert's alone where it holds one, a group without any last), and where those too hold
+fewer than k allowed experts the group limit yields rather than compute an expert that is
+not resident. The controller refuses this family: its soft mixture scales softmax
+probabilities, and V3 selects on biased sigmoid scores."""
 
 from __future__ import annotations
 
 import torch
 
 from moecache.model.adapter import NEG_INF
-from moecache.model.deepseek_v2 import DeepseekV2Adapter, in_groups
+from moecache.model.deepseek_v2 import DeepseekV2Adapter, allowed_by_group
 
 
 class DeepseekV3Adapter(DeepseekV2Adapter):
@@ -30,13 +39,29 @@ class DeepseekV3Adapter(DeepseekV2Adapter):
         router = self.router(block)
         scores = self.probabilities(logits)
         choice = scores + router.e_score_correction_bias.to(scores.device)
-        groups = choice.view(-1, router.num_group, router.num_experts // router.num_group)
-        chosen = groups.topk(2, dim=-1).values.sum(dim=-1).topk(router.topk_group, dim=-1).indices
-        grouped = in_groups(choice, chosen, router.num_group)
-        enough = (grouped & allowed).sum(dim=-1, keepdim=True) >= router.top_k
-        choice = choice.masked_fill(~allowed | (~grouped & enough), NEG_INF)
-        index = choice.topk(router.top_k, dim=-1).indices
-        weights = scores.gather(1, index)
+        selectable = allowed & self.group_limit(router, choice, allowed)
+        top = choice.masked_fill(~selectable, NEG_INF).topk(router.top_k, dim=-1)
+        weights = scores.gather(1, top.indices)
         if router.norm_topk_prob:
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
-        return weights * router.routed_scaling_factor, index
+        weights = weights * router.routed_scaling_factor
+        # Most probable first; an expert taken from outside `allowed` (fewer than k there) last.
+        order = weights.masked_fill(top.values == NEG_INF, -1.0).argsort(
+            dim=-1, descending=True, stable=True
+        )
+        return weights.gather(1, order), top.indices.gather(1, order)
+
+    def group_limit(self, router, choice, allowed) -> torch.Tensor:
+        """[T, N] bool: the model's own groups where they hold k allowed experts, else the
+        groups ranked over the allowed experts (DeepSeek-V2's rule)."""
+        everything = torch.ones_like(choice, dtype=torch.bool)
+        own = super().group_limit(router, choice, everything)
+        enough = (own & allowed).sum(dim=-1, keepdim=True) >= router.top_k
+        return torch.where(enough, own, super().group_limit(router, choice, allowed))
+
+    def group_scores(self, router, choice, allowed) -> torch.Tensor:
+        """[T, groups]: the sum of each group's two best allowed experts' choice scores
+        (the model's own group score when every expert is allowed)."""
+        best = allowed_by_group(router, choice, allowed).topk(2, dim=-1).values
+        held = best > NEG_INF
+        return best.masked_fill(~held, 0.0).sum(dim=-1).masked_fill(~held.any(dim=-1), NEG_INF)

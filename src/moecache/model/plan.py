@@ -47,13 +47,12 @@ def checkpoint_config(settings: dict, source: str | None = None):
 
 def kv_bytes_per_token(config, element: int) -> int:
     """Keys and values of one token over every layer, as transformers' cache holds them
-    (DeepSeek's MLA caches decompressed per-head keys and values; sliding-window layers are
-    counted in full, an upper bound)."""
+    (DeepSeek's MLA caches its compressed latent, one kv_lora_rank vector and the shared
+    rotary key of qk_rope_head_dim, expanded per head only after the cache read;
+    sliding-window layers are counted in full, an upper bound)."""
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     if hasattr(config, "qk_rope_head_dim"):  # DeepSeek's MLA
-        per_layer = config.num_attention_heads * (
-            config.qk_nope_head_dim + config.qk_rope_head_dim + config.v_head_dim
-        )
+        per_layer = config.kv_lora_rank + config.qk_rope_head_dim
     else:
         head_dim = getattr(config, "head_dim", None) or (
             config.hidden_size // config.num_attention_heads

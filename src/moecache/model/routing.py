@@ -1,6 +1,7 @@
 """The routing a model computes, recorded from its own routers' outputs through forward
 hooks: (logits, top-k ids) per sparse layer, for any family (every router returns logits,
-top-k weights and top-k ids)."""
+top-k weights and top-k ids), the ids most probable first as the adapter's `route` gives
+them (DeepSeek's routers leave their top-k unsorted)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def recorded(model, layers=None):
 
     def hook(layer):
         def keep(module, inputs, output):
-            logits, _, top_index = output[:3]
+            logits, top_weights, top_index = output[:3]
+            _, top_index = adapter.most_probable_first(top_weights, top_index)
             captured[layer] = (logits.detach(), top_index.detach())
 
         return keep

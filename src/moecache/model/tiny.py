@@ -146,20 +146,25 @@ CONFIGS = {
 }
 
 
-def config(family: str, arch: dict, vocab_size: int, tok=None):
-    """transformers' config of `family` at `arch`'s sizes."""
+def config(family: str, arch: dict, vocab_size: int, tok=None, **keys):
+    """transformers' config of `family` at `arch`'s sizes, with any of its `keys` changed
+    (DeepSeek-V2's group-limited routing and scaling, say)."""
     if family not in CONFIGS:
         raise MoecacheError(f"no tiny {family!r} model; families: {', '.join(sorted(CONFIGS))}")
-    return CONFIGS[family](arch, common(arch, vocab_size, tok))
+    built = CONFIGS[family](arch, common(arch, vocab_size, tok))
+    built.update(keys)
+    return built
 
 
-def model(family: str, arch: dict, vocab_size: int, seed: int, tok=None):
-    """A seeded random model of `family` on the CPU, float32, in eval mode. Routers start
-    at zero in some families' init; they are drawn at random here so that routing varies."""
+def model(family: str, arch: dict, vocab_size: int, seed: int, tok=None, **keys):
+    """A seeded random model of `family` on the CPU, float32, in eval mode (`keys`: config
+    keys changed, as for config()). Routers start at zero in some families' init; they are
+    drawn at random here so that routing varies."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    built = AutoModelForCausalLM.from_config(config(family, arch, vocab_size, tok)).eval()
+    built = AutoModelForCausalLM.from_config(config(family, arch, vocab_size, tok, **keys))
+    built = built.eval()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in built.named_parameters():
