@@ -36,6 +36,7 @@ def load_model(settings: dict, model_source: str, device: str):
         model_settings["architecture"],
         model_settings.get("experts_implementation"),
         configs.family(settings),
+        stored_layers=settings["harness"]["restricted_layers"],
     )
 
 
