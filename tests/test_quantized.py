@@ -196,9 +196,9 @@ def test_the_gates_pass_and_equal_transformers_dequantized_nll(saved):
         assert run["nll"] == pytest.approx(theirs, abs=gates.BATCHED_TOLERANCE), name
 
 
-def test_the_plan_counts_the_stored_bytes_the_pool_holds(saved):
-    family, folder = saved
-    settings = {
+def settings_of(family, folder) -> dict:
+    return {
+        "seed": 0,
         "model": {
             "source": str(folder),
             "family": family,
@@ -208,7 +208,22 @@ def test_the_plan_counts_the_stored_bytes_the_pool_holds(saved):
         "harness": HARNESS,
         "corpus": {"heldout": {"max_tokens": 16}},
     }
-    predicted = plan.plan(settings)
+
+
+def test_the_stages_load_the_offloaded_layers_experts_as_stored(saved):
+    from moecache.harness import jobs
+
+    family, folder = saved
+    model = jobs.load_model(settings_of(family, folder), str(folder), "cpu")
+    adapter = registry.of(model)
+    for layer in adapter.sizes(model.config).moe_layers:
+        stored = isinstance(adapter.layer_experts(model, layer), quantized.StoredExperts)
+        assert stored == (layer in LAYERS), layer
+
+
+def test_the_plan_counts_the_stored_bytes_the_pool_holds(saved):
+    family, folder = saved
+    predicted = plan.plan(settings_of(family, folder))
     model = load(family, folder)
     with decode.offloaded(model, LAYERS, CAPACITY, "cpu", 1) as off:
         held = off.device_bytes()

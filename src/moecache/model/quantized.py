@@ -29,6 +29,7 @@ import math
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from torch import nn
 
 from moecache.errors import MoecacheError
@@ -236,28 +237,30 @@ class StoredExperts(nn.Module):
 
 
 class Tensors:
-    """A checkpoint's safetensors, read by name (never unpickled)."""
+    """A checkpoint's safetensors, read by name (never unpickled), each file opened once."""
 
     def __init__(self, folder: Path):
         index = folder / "model.safetensors.index.json"
+        self.opened: dict[Path, safe_open] = {}
         if index.exists():
             weight_map = json.loads(index.read_text())["weight_map"]
             self.files = {name: folder / file for name, file in weight_map.items()}
         else:
-            from safetensors import safe_open
+            self.files = {
+                name: file
+                for file in sorted(folder.glob("*.safetensors"))
+                for name in self.handle(file).keys()
+            }
 
-            self.files = {}
-            for file in sorted(folder.glob("*.safetensors")):
-                with safe_open(file, "pt") as f:
-                    self.files |= dict.fromkeys(f.keys(), file)
+    def handle(self, file: Path):
+        if file not in self.opened:
+            self.opened[file] = safe_open(file, "pt")
+        return self.opened[file]
 
     def get(self, name: str) -> torch.Tensor:
-        from safetensors import safe_open
-
         if name not in self.files:
             raise MoecacheError(f"checkpoint has no tensor {name} (its quantization wants it)")
-        with safe_open(self.files[name], "pt") as f:
-            return f.get_tensor(name)
+        return self.handle(self.files[name]).get_tensor(name)
 
     def stacked(self, names: list[str]) -> torch.Tensor:
         """[len(names), ...]: one tensor per expert, stacked into one allocation."""
