@@ -298,3 +298,11 @@ def test_quantized_bytes_follow_the_formats_documented_sizes():
     v3.quantization_config = tiny_quantized.FP8_CONFIG
     grid = math.ceil(7168 / 128) * math.ceil(2048 / 128)
     assert quantized.expert_bytes(v3, 2) == 3 * (7168 * 2048 + grid * 4)
+
+
+def test_fp8_blocks_at_the_far_edges_may_be_partial():
+    """DeepSeek-V3's kv_a_proj_with_mqa is 576 rows of 128-row blocks: the last block has 64."""
+    weight = torch.ones(200, 130).to(torch.float8_e4m3fn)
+    scale_inv = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    out = quantized.fp8(weight, scale_inv, (128, 128), torch.float32)
+    assert (out[0, 0], out[127, 128], out[128, 127], out[199, 129]) == (1.0, 2.0, 3.0, 4.0)

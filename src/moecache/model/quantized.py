@@ -154,19 +154,17 @@ class Fp8Blocks:
         """Expert e's (gate_up [2I, H], None, down [H, I], None): gate and up concatenated,
         as transformers fuses them."""
         gate, up, down = (
-            fp8(getattr(experts, p)[e], getattr(experts, f"{p}_scale_inv")[e], dtype)
+            fp8(getattr(experts, p)[e], getattr(experts, f"{p}_scale_inv")[e], self.block, dtype)
             for p in FP8_PROJECTIONS
         )
         return torch.cat((gate, up)), None, down, None
 
 
-def fp8(weight: torch.Tensor, scale_inv: torch.Tensor, dtype) -> torch.Tensor:
-    """[rows, cols] float8 times its block's scale, in float32, cast to `dtype` (the blocks
-    at the far edges may be partial, as DeepSeek's own weight_dequant allows)."""
+def fp8(weight: torch.Tensor, scale_inv: torch.Tensor, block, dtype) -> torch.Tensor:
+    """[rows, cols] float8 times its `block` (rows, cols)'s scale, in float32, cast to
+    `dtype` (the blocks at the far edges may be partial, as DeepSeek's weight_dequant allows)."""
     rows, cols = weight.shape
-    block_rows = math.ceil(rows / scale_inv.shape[0])
-    block_cols = math.ceil(cols / scale_inv.shape[1])
-    scale = scale_inv.repeat_interleave(block_rows, 0)[:rows].repeat_interleave(block_cols, 1)
+    scale = scale_inv.repeat_interleave(block[0], 0)[:rows].repeat_interleave(block[1], 1)
     return (weight.to(torch.float32) * scale[:, :cols]).to(dtype)
 
 
