@@ -52,6 +52,7 @@ def load_model(settings: dict, model_source: str, device: str, offload=True):
         model_settings["architecture"],
         model_settings.get("experts_implementation"),
         configs.family(settings),
+        stored_layers=settings["harness"]["restricted_layers"],
     )
     if offload:
         placement.place(model, settings["harness"]["restricted_layers"], device)

@@ -97,6 +97,10 @@ class MoeAdapter:
     def experts(self, block) -> nn.Module:
         return block.experts
 
+    def set_experts(self, block, module: nn.Module) -> None:
+        """Put `module` in place of the block's routed experts (quantized.py's stored ones)."""
+        block.experts = module
+
     def layer_experts(self, model, layer: int) -> nn.Module:
         """The fused experts module of decoder layer `layer`."""
         return self.experts(self.block(model, layer))

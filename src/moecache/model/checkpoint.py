@@ -86,17 +86,27 @@ def load(
     arch: dict,
     experts_implementation=None,
     family=None,
+    stored_layers=(),
 ):
     """Load a causal LM of a family with an adapter from a local folder or a hub id,
     weights via safetensors; `experts_implementation`: transformers' expert kernel (its
-    default when None)."""
+    default when None). A quantized checkpoint (MXFP4, block-scaled FP8) keeps the routed
+    experts of `stored_layers` (the offloaded ones) as stored, and the rest is dequantized
+    to `dtype` by transformers (model/quantized.py)."""
     from transformers import AutoModelForCausalLM
 
     from moecache.model import kernel as _  # noqa: F401  (registers the per-expert kernel)
+    from moecache.model import quantized
 
-    check_architecture(read_config(source), arch, source, family)
+    config = read_config(source)
+    adapter = check_architecture(config, arch, source, family)
     kernel = {"experts_implementation": experts_implementation} if experts_implementation else {}
     model = AutoModelForCausalLM.from_pretrained(
-        str(source), dtype=DTYPES[dtype], use_safetensors=True, **kernel
+        str(source),
+        dtype=DTYPES[dtype],
+        use_safetensors=True,
+        **kernel,
+        **quantized.load_kwargs(config),
     )
+    quantized.stored_experts(source, adapter, model, list(stored_layers))
     return model.to(device).eval()

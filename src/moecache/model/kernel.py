@@ -41,11 +41,14 @@ def per_expert_forward(self, hidden_states, top_k_index, top_k_weights):
 def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
     """Expert `e` of a fused experts module, in the layout its class declares to
     transformers' experts interface (transposed or not, with biases or not) and through its
-    own gate (`_apply_gate`: chunked SiLU for most families, GPT-OSS's clamped interleave)."""
-    gate_up = project(x, self.gate_up_proj[e], bias(self, "gate_up_proj_bias", e), self)
-    return project(
-        self._apply_gate(gate_up), self.down_proj[e], bias(self, "down_proj_bias", e), self
-    )
+    own gate (`_apply_gate`: chunked SiLU for most families, GPT-OSS's clamped interleave).
+    Experts kept as stored (quantized.py) are dequantized here, this one only, in x's dtype."""
+    if getattr(type(self), "dequantized", None) is not None:
+        gate_up, gate_up_bias, down, down_bias = self.dequantized(e, x.dtype)
+    else:
+        gate_up, gate_up_bias = self.gate_up_proj[e], bias(self, "gate_up_proj_bias", e)
+        down, down_bias = self.down_proj[e], bias(self, "down_proj_bias", e)
+    return project(self._apply_gate(project(x, gate_up, gate_up_bias, self)), down, down_bias, self)
 
 
 def project(x: torch.Tensor, weight: torch.Tensor, b, experts) -> torch.Tensor:

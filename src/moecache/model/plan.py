@@ -5,7 +5,9 @@ family's adapter.
 Device bytes = the weights that stay on the device (everything but the offloaded layers'
 routed experts; shared experts included and also reported apart) + C slots per offloaded
 layer + the KV cache of the longest held-out sequence. Pinned host bytes = every routed
-expert of the offloaded layers.
+expert of the offloaded layers. A quantized checkpoint's offloaded experts count as stored
+(MXFP4 blocks and scales, FP8 weights and scale_inv: quantized.expert_bytes), the rest at
+the run's dtype, as transformers dequantizes it.
 """
 
 from __future__ import annotations
@@ -180,6 +182,8 @@ def held(config, layers, capacity: int, element: int) -> dict:
     meta device from `config` and counted through its family's adapter."""
     from transformers import AutoModelForCausalLM
 
+    from moecache.model import quantized
+
     adapter = registry.adapter_for(config.model_type)
     sizes = adapter.sizes(config)
     adapter.check_sparse(config, layers)
@@ -192,7 +196,9 @@ def held(config, layers, capacity: int, element: int) -> dict:
     offloaded = [adapter.layer_experts(model, layer) for layer in layers]
     moe_blocks = [adapter.block(model, layer) for layer in sizes.moe_layers]
     shared = [m for block in moe_blocks for m in adapter.shared_modules(block)]
-    expert_bytes = count(offloaded[:1]) // sizes.num_experts
+    # A quantized checkpoint's experts as stored (model/quantized.py), else as loaded.
+    stored = quantized.expert_bytes(config, element)
+    expert_bytes = stored or count(offloaded[:1]) // sizes.num_experts
     report = {
         "family": adapter.family,
         "num_experts": sizes.num_experts,
@@ -203,7 +209,7 @@ def held(config, layers, capacity: int, element: int) -> dict:
         "weights_bytes": count([model]) - count(offloaded),
         "shared_expert_bytes": count(shared),
         "slot_bytes": expert_bytes * capacity * len(layers),
-        "pinned_host_bytes": count(offloaded),
+        "pinned_host_bytes": expert_bytes * sizes.num_experts * len(layers),
         "total_weights_bytes": count([model]),
     }
     report["held_bytes"] = report["weights_bytes"] + report["slot_bytes"]
