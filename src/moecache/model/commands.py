@@ -31,44 +31,26 @@ def cmd_plan(args):
 
 
 def plan_fit(args, settings):
-    """The largest C with every MoE layer offloaded and its ms/token; the config's own run
-    (its C on its layers) with its verdict beside it."""
-    from moecache.model import fit, plan
+    """The largest C with every MoE layer offloaded, its peaks and its ms/token."""
+    from moecache.model import fit
 
-    if args.bandwidth is not None and args.link_gbs is not None:
-        raise MoecacheError("--bandwidth and --link-gbs: give one, tau comes from either")
-    if args.compute_ms is not None and args.compute_from is not None:
-        raise MoecacheError("--compute-ms and --compute-from: give one, c comes from either")
-    tau_of = None
-    if args.bandwidth is not None:
-        fit.tau_from_bandwidth(args.bandwidth, 1)  # bad file: refused before any sizing
-        tau_of = lambda nbytes: fit.tau_from_bandwidth(args.bandwidth, nbytes)  # noqa: E731
-    elif args.link_gbs is not None:
-        fit.tau_from_link(args.link_gbs, 1)
-        tau_of = lambda nbytes: fit.tau_from_link(args.link_gbs, nbytes)  # noqa: E731
     compute = None
     if args.compute_ms is not None:
         compute = fit.stated_compute(args.compute_ms)
     elif args.compute_from is not None:
         compute = fit.compute_from_run(args.compute_from, args.model or settings["model"]["source"])
-    if args.trace is not None:
-        from moecache.replay import tracefile
-
-        tracefile.header(args.trace)  # a missing or non-Parquet file: refused before sizing
     answer = fit.answer(
-        settings, args.gpu_gib, args.host_gib, args.model, args.tokens, tau_of, compute, args.trace
+        settings,
+        args.gpu_gib,
+        args.host_gib,
+        source=args.model,
+        tokens=args.tokens,
+        bandwidth=args.bandwidth,
+        link_gbs=args.link_gbs,
+        compute=compute,
+        trace=args.trace,
     )
-    answer["config_run"] = plan.plan(settings, args.gpu_gib, args.model, args.tokens)
-    if args.json:
-        print(json.dumps(answer, indent=1))
-    else:
-        own = answer["config_run"]
-        verdict = "fits" if own["fits"] else "does NOT fit"
-        print("\n".join(fit.lines(answer)))
-        print(
-            f"  the config's own run (C = {own['capacity']} on {len(own['offloaded_layers'])} "
-            f"layers): {fit.device_peak(own) / 2**30:.3f} GiB, {verdict}"
-        )
+    print(json.dumps(answer, indent=1) if args.json else "\n".join(fit.lines(answer)))
     if args.out:
         write_json(args.out, answer)
 
@@ -112,10 +94,12 @@ def register(sub) -> None:
         help="the GPU memory, GiB: the largest C per layer with every MoE layer offloaded",
     )
     p.add_argument("--host-gib", type=float, help="the host memory, GiB, the pinned experts need")
-    p.add_argument("--bandwidth", type=Path, help="tau from a measured bandwidth file")
-    p.add_argument("--link-gbs", type=float, help="tau from a stated link, GiB/s")
-    p.add_argument("--compute-ms", type=float, help="c, the compute per token, ms (stated)")
-    p.add_argument("--compute-from", type=Path, help="c from a decode run's results file")
+    tau = p.add_mutually_exclusive_group()
+    tau.add_argument("--bandwidth", type=Path, help="tau from a measured bandwidth file")
+    tau.add_argument("--link-gbs", type=float, help="tau from a stated link, GiB/s")
+    compute = p.add_mutually_exclusive_group()
+    compute.add_argument("--compute-ms", type=float, help="c, the compute per token, ms (stated)")
+    compute.add_argument("--compute-from", type=Path, help="c from a decode run's results file")
     p.add_argument("--trace", type=Path, help="rho from replaying this trace at C")
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
     p.add_argument("--out", type=Path, help="also write the answer as JSON")

@@ -272,25 +272,33 @@ def shown(path: Path) -> str:
 
 
 def predictions(rho: dict, tau: dict | None, compute: dict | None) -> dict:
-    """Per rule: rho, the copy part rho tau, and with c equation (1)'s ms/token and tokens/s
-    and the overlapped best case max(c, rho tau); without c the copy part is a bound."""
+    """Per rule: rho and, with tau, the copy part rho tau; with c too, equation (1)'s
+    ms/token and tokens/s and the overlapped best case max(c, rho tau); without c the copy
+    part is a bound (ms/token at least, tokens/s at most). None where not predicted."""
     out = {}
     for rule, copies in rho.items():
-        row = {"rho": copies, "copy_ms": None, "ms_per_token": None, "tokens_per_second": None}
-        row["overlapped_ms_at_best"] = None
-        if tau is not None:
-            row["copy_ms"] = copies * tau["ms"]
-            if compute is not None:
-                row["ms_per_token"] = compute["ms"] + row["copy_ms"]
-                row["overlapped_ms_at_best"] = max(compute["ms"], row["copy_ms"])
-            else:
-                row["ms_per_token_at_least"] = row["copy_ms"]
-            slowest = row["ms_per_token"] or row["copy_ms"]
-            row["tokens_per_second" if compute else "tokens_per_second_at_most"] = (
-                1e3 / slowest if slowest else None
-            )
-        out[rule] = row
+        copy_ms = copies * tau["ms"] if tau else None
+        ms = compute["ms"] + copy_ms if compute and tau else None
+        bound = copy_ms if tau and not compute else None
+        out[rule] = {
+            "rho": copies,
+            "copy_ms": copy_ms,
+            "ms_per_token": ms,
+            "tokens_per_second": 1e3 / ms if ms else None,
+            "overlapped_ms_at_best": max(compute["ms"], copy_ms) if ms is not None else None,
+            "ms_per_token_at_least": bound,
+            "tokens_per_second_at_most": 1e3 / bound if bound else None,
+        }
     return out
+
+
+def tau(expert_bytes: int, bandwidth=None, link_gbs=None) -> dict | None:
+    """tau from a bandwidth file, else a stated link, else None (not predicted)."""
+    if bandwidth is not None:
+        return tau_from_bandwidth(bandwidth, expert_bytes)
+    if link_gbs is not None:
+        return tau_from_link(link_gbs, expert_bytes)
+    return None
 
 
 def answer(
@@ -299,12 +307,20 @@ def answer(
     host_gib: float | None = None,
     source=None,
     tokens=None,
-    tau_of=None,
+    bandwidth=None,
+    link_gbs=None,
     compute: dict | None = None,
     trace=None,
 ) -> dict:
-    """The whole answer as data. `tau_of(expert_bytes)`: tau's dict (None: not predicted);
-    `trace`: a trace to replay for rho (None: the embedded trace's share)."""
+    """The whole answer as data; nothing is read but configs and the files named. `trace`:
+    replayed for rho (None: the embedded trace's share); `config_run`: the config's own run
+    (its C on its layers) with its verdict."""
+    if trace is not None:
+        from moecache.replay import tracefile
+
+        tracefile.header(trace)  # a missing or non-Parquet file: refused before sizing
+    tau(1, bandwidth, link_gbs)  # a bad bandwidth file or link: refused before sizing
+    own = plan.plan(settings, gpu_gib, source, tokens)
     found = largest_capacity(settings, gpu_gib, source, tokens)
     chosen, nxt = found["chosen"], found["next"]
     host = host_peak(chosen)
@@ -319,7 +335,7 @@ def answer(
         rho = rho_from_trace(trace, c, n, k, layers)
     else:
         rho = rho_embedded(c, n, k, layers)
-    tau = tau_of(chosen["expert_bytes"]) if tau_of else None
+    copy = tau(chosen["expert_bytes"], bandwidth, link_gbs)
     return {
         "source": chosen["source"],
         "family": chosen["family"],
@@ -335,10 +351,11 @@ def answer(
         "host_peak_bytes": host,
         "next_device_peak_bytes": device_peak(nxt) if nxt else None,
         "plan": chosen,
-        "tau": tau,
+        "tau": copy,
         "compute": compute,
         "rho_source": rho["source"],
-        "predicted": predictions(rho["per_token"], tau, compute),
+        "predicted": predictions(rho["per_token"], copy, compute),
+        "config_run": own,
     }
 
 
@@ -389,6 +406,11 @@ def lines(fit: dict) -> list[str]:
                 f" (at most {speed:.1f} tokens/s)" if speed else ""
             )
         out.append(line)
+    own = fit["config_run"]
+    out.append(
+        f"  the config's own run (C = {own['capacity']} on {len(own['offloaded_layers'])} "
+        f"layers): {gib(device_peak(own))}, {'fits' if own['fits'] else 'does NOT fit'}"
+    )
     return out
 
 
@@ -418,9 +440,8 @@ def table(configs, gibs, bandwidth=None) -> str:
     for path in configs:
         settings = configs_module.load(path)
         for gib in gibs:
-            tau_of = (lambda b: tau_from_bandwidth(bandwidth, b)) if bandwidth else None
             try:
-                fit = answer(settings, gib, tau_of=tau_of)
+                fit = answer(settings, gib, bandwidth=bandwidth)
             except TooSmall as small:
                 need = device_peak(small.smallest) / GIB
                 k = small.smallest["capacity"]
