@@ -250,3 +250,36 @@ def test_the_docs_table_is_what_plan_table_prints():
     table = fit.table([REPO / c for c in configs_given], gibs, bandwidth)
     assert table in doc, "docs/plan.md: regenerate its table with the command above it"
     assert len(configs_given) == 3 and gibs == [24, 48, 80]
+
+
+def test_a_checkpoint_folder_offloads_its_moe_layers_only(tmp_path):
+    """--model: a checkpoint's config.json (a tiny Qwen3-MoE, layer 0 dense) replaces the
+    config's model.source; its dense layer is never offloaded, and C steps one expert of
+    every MoE layer at a time."""
+    from moecache.model import tiny
+
+    arch = {
+        "hidden_size": 32,
+        "intermediate_size": 16,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 2,
+        "num_experts": 16,
+        "num_experts_per_tok": 4,
+        "max_position_embeddings": 64,
+    }
+    folder = str(tmp_path / "ckpt")
+    tiny.config("qwen3_moe", arch, 128).save_pretrained(folder)
+    settings = {
+        "model": {"source": "elsewhere", "family": "qwen3_moe", "dtype": "float32"},
+        "harness": {"restricted_layers": [1], "capacity": 8},
+        "corpus": {"heldout": {"max_tokens": 16}},
+    }
+    settings["model"]["architecture"] = arch
+    at = {c: fit.sized(settings, c, [1, 2], folder) for c in (10, 11)}
+    budget = fit.device_peak(at[10]) / GIB
+    found = fit.answer(settings, budget, source=folder)
+    assert found["offloaded_layers"] == [1, 2] and found["capacity"] == 10
+    assert found["next_device_peak_bytes"] == fit.device_peak(at[11])
+    step = fit.device_peak(at[11]) - fit.device_peak(at[10])
+    assert step == 2 * found["expert_bytes"]  # one slot more in each of the 2 MoE layers
+    assert found["source"] == folder
