@@ -283,3 +283,8 @@ def test_a_checkpoint_folder_offloads_its_moe_layers_only(tmp_path):
     step = fit.device_peak(at[11]) - fit.device_peak(at[10])
     assert step == 2 * found["expert_bytes"]  # one slot more in each of the 2 MoE layers
     assert found["source"] == folder
+
+
+def test_without_the_published_replay_rho_asks_for_a_trace(tmp_path):
+    with pytest.raises(MoecacheError, match="the published replay is not here.*give --trace"):
+        fit.embedded_shares(tmp_path / "table.csv")

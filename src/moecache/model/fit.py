@@ -208,6 +208,11 @@ def read_trace(path, experts: int):
 def embedded_shares(table=EMBEDDED_TABLE, config=EMBEDDED_CONFIG) -> dict:
     """The published replay of the embedded default: per rule, {C/N: steady copies per
     token per layer}, the mean over its shards; with its N, k and layers."""
+    if not (Path(table).is_file() and Path(config).is_file()):
+        raise MoecacheError(
+            f"{shown(Path(table))}: the published replay is not here to give rho; "
+            "give --trace FILE, a trace of this model's routing"
+        )
     embedded = yaml.safe_load(Path(config).read_text())
     arch = embedded["model"]["architecture"]
     layers = len(embedded["harness"]["restricted_layers"])
@@ -218,6 +223,8 @@ def embedded_shares(table=EMBEDDED_TABLE, config=EMBEDDED_CONFIG) -> dict:
                 share = int(row["capacity"]) / int(row["experts"])
                 per_layer = float(row["copies_per_token"]) / layers
                 points[row["rule"]].setdefault(share, []).append(per_layer)
+    if not all(len(p) >= 2 for p in points.values()):
+        raise MoecacheError(f"{shown(Path(table))}: no LRU and farthest-future rows at two C/N")
     means = {rule: {s: float(np.mean(v)) for s, v in p.items()} for rule, p in points.items()}
     return {
         "shares": means,
@@ -234,8 +241,10 @@ def per_layer_at(shares: dict[float, float], share: float, top_k: int) -> tuple[
     that first segment's line, never above top_k (a token needs at most k copies)."""
     xs = sorted(shares) + [1.0]
     ys = [shares[x] for x in xs[:-1]] + [0.0]
+    if share >= 1.0:
+        return 0.0, "every expert resident"
     if share >= xs[0]:
-        how = "interpolated" if share not in xs else "as published"
+        how = "as published" if share in shares else "interpolated"
         return float(np.interp(share, xs, ys)), how
     slope = (ys[1] - ys[0]) / (xs[1] - xs[0])
     return min(float(top_k), ys[0] + slope * (share - xs[0])), "extrapolated below"
