@@ -100,6 +100,7 @@ ACCEPTED = {
     "tokenizer": [*SET, "--train", "t.parquet", "--out", "tok"],
     "heldout": [*SET, "--tokenizer", "tok", "--text", "h.parquet", "--out", "s.parquet"],
     "plan": ["--configfile", "c.yaml", "--gpu-gib", "80", "--out", "plan.json"],
+    "plan-table": ["--configfile", "a.yaml", "b.yaml", "--gpu-gib", "24", "80"],
     "train": [*SET, "--tokenizer", "tok", "--train", "t.parquet", "--out", "model"],
     "profile-model": [*ON_MODEL, "--sequences", "s", "--out", "p.json"],
     "gates": [*ON_MODEL, "--sequences", "s", "--out", "g.json"],

@@ -138,9 +138,9 @@ def test_paper_configs_build_their_dag_with_the_stages_their_family_runs(tmp_pat
 
 
 def test_plan_sizes_each_paper_config_from_its_published_config(tmp_path):
-    """`moecache plan` on each paper-scale config: one expert's bytes as published (bfloat16,
-    or as stored where the hub ships the experts quantized), every routed expert of the
-    offloaded layers pinned on the host, and a verdict for an 80 GiB GPU."""
+    """`moecache plan --gpu-gib 80` on each paper-scale config: the config's own run (one
+    expert's bytes as published or as stored, every routed expert of the offloaded layers pinned
+    on the host) fits an 80 GiB GPU, and the largest C with every MoE layer offloaded fits."""
 
     def run(name):
         out = tmp_path / f"{name}.json"
@@ -160,21 +160,30 @@ def test_plan_sizes_each_paper_config_from_its_published_config(tmp_path):
         family, source, expert_params, _ = PAPER[name]
         assert result.returncode == 0, f"{name}: {result.stderr}"
         lines = result.stdout.splitlines()
-        assert lines[0].startswith(f"plan: {source} ({family}, bfloat16)"), lines[0]
-        report = json.loads(out.read_text())
+        assert lines[0].startswith(f"fit: {source} ({family}, bfloat16)"), lines[0]
+        answer = json.loads(out.read_text())
+        report = answer["config_run"]
         config = load_yaml(REPO / "config" / name)
         layers = config["harness"]["restricted_layers"]
         experts = config["model"]["architecture"]["num_experts"]
         expert_bytes = STORED_EXPERT_BYTES.get(name, expert_params * 2)
         assert report["expert_bytes"] == expert_bytes, name
-        assert f"  one expert: {expert_bytes / MIB:.2f} MiB" in lines
+        assert f"(one expert {expert_bytes / MIB:.2f} MiB)" in lines[1]
         assert report["pinned_host_bytes"] == report["expert_bytes"] * experts * len(layers)
         assert report["slot_bytes"] == report["expert_bytes"] * report["capacity"] * len(layers)
-        assert report["fits"] is True and lines[-1] == "  fits a 80 GiB GPU", name
-    deepseek = json.loads(results["deepseek-v2-lite.yaml"][1].read_text())
+        # The config's own study: its jobs' peak (the reference, scaled twins, the ring)
+        # against the GPU, said as the figures say.
+        fits = report["device_peak_bytes"] <= 80 * 2**30
+        assert report["fits"] is fits and lines[-1].endswith(", fits" if fits else "NOT fit")
+        # Every MoE layer offloaded at the chosen C, which fits.
+        sizes = registry.adapter_for(family).sizes(plan.checkpoint_config(config))
+        assert answer["offloaded_layers"] == list(sizes.moe_layers), name
+        assert answer["device_peak_bytes"] <= 80 * 2**30, name
+        assert answer["host_peak_bytes"] == answer["expert_bytes"] * experts * len(sizes.moe_layers)
+    deepseek = json.loads(results["deepseek-v2-lite.yaml"][1].read_text())["config_run"]
     # Two shared experts in each of the 26 MoE layers, on the device, never offloaded.
     assert deepseek["shared_expert_bytes"] == 26 * 2 * PAPER["deepseek-v2-lite.yaml"][2] * 2
-    olmoe = json.loads(results["olmoe.yaml"][1].read_text())
+    olmoe = json.loads(results["olmoe.yaml"][1].read_text())["config_run"]
     assert olmoe["expert_bytes"] == OLMOE_EXPERT_BYTES and olmoe["shared_expert_bytes"] == 0
 
 

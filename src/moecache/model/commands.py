@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-import sys
+import json
 from pathlib import Path
 
+from moecache.atomic import write_json
 from moecache.command import add, load_settings, with_settings
+from moecache.errors import MoecacheError
+
+FIT_ONLY = ("host_gib", "bandwidth", "link_gbs", "compute_ms", "compute_from", "trace")
 
 
 def cmd_plan(args):
@@ -14,14 +18,47 @@ def cmd_plan(args):
     if args.configfile:
         args.config = args.configfile
     settings = load_settings(args, ("model", "harness", "corpus"))
-    report = plan.plan(settings, args.gpu_gib)
-    print("\n".join(plan.lines(report)))
+    if args.gpu_gib is not None:
+        return plan_fit(args, settings)
+    given = [name for name in FIT_ONLY if getattr(args, name) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise MoecacheError(f"{flag}: give --gpu-gib G, the GPU it plans for")
+    report = plan.plan(settings, source=args.model, tokens=args.tokens)
+    print(json.dumps(report, indent=1) if args.json else "\n".join(plan.lines(report)))
     if args.out:
-        from moecache.atomic import write_json
-
         write_json(args.out, report)
-    if report.get("fits") is False:
-        sys.exit(1)
+
+
+def plan_fit(args, settings):
+    """The largest C with every MoE layer offloaded, its peaks and its ms/token."""
+    from moecache.model import fit
+
+    compute = None
+    if args.compute_ms is not None:
+        compute = fit.stated_compute(args.compute_ms)
+    elif args.compute_from is not None:
+        compute = fit.compute_from_run(args.compute_from, args.model or settings["model"]["source"])
+    answer = fit.answer(
+        settings,
+        args.gpu_gib,
+        args.host_gib,
+        source=args.model,
+        tokens=args.tokens,
+        bandwidth=args.bandwidth,
+        link_gbs=args.link_gbs,
+        compute=compute,
+        trace=args.trace,
+    )
+    print(json.dumps(answer, indent=1) if args.json else "\n".join(fit.lines(answer)))
+    if args.out:
+        write_json(args.out, answer)
+
+
+def cmd_plan_table(args):
+    from moecache.model import fit
+
+    print(fit.table(args.configfile, args.gpu_gib, args.bandwidth))
 
 
 def cmd_train(args):
@@ -40,11 +77,42 @@ def cmd_train(args):
 
 def register(sub) -> None:
     p = with_settings(
-        add(sub, "plan", cmd_plan, "say whether a run fits a GPU, from the model's config alone")
+        add(
+            sub,
+            "plan",
+            cmd_plan,
+            "what a run holds, and with --gpu-gib the largest C that fits and its ms/token, "
+            "from the model's config alone",
+        )
     )
     p.add_argument("--configfile", help="a whole config file (YAML), as --config")
-    p.add_argument("--gpu-gib", type=float, help="the GPU memory to fit, GiB")
-    p.add_argument("--out", type=Path, help="also write the plan as JSON")
+    p.add_argument("--model", help="a checkpoint folder whose config.json replaces model.source's")
+    p.add_argument("--tokens", type=int, help="the KV cache's tokens (default: held-out max)")
+    p.add_argument(
+        "--gpu-gib",
+        type=float,
+        help="the GPU memory, GiB: the largest C per layer with every MoE layer offloaded",
+    )
+    p.add_argument("--host-gib", type=float, help="the host memory, GiB, the pinned experts need")
+    tau = p.add_mutually_exclusive_group()
+    tau.add_argument("--bandwidth", type=Path, help="tau from a measured bandwidth file")
+    tau.add_argument("--link-gbs", type=float, help="tau from a stated link, GiB/s")
+    compute = p.add_mutually_exclusive_group()
+    compute.add_argument("--compute-ms", type=float, help="c, the compute per token, ms (stated)")
+    compute.add_argument("--compute-from", type=Path, help="c from a decode run's results file")
+    p.add_argument("--trace", type=Path, help="rho from replaying this trace at C")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    p.add_argument("--out", type=Path, help="also write the answer as JSON")
+
+    p = add(
+        sub,
+        "plan-table",
+        cmd_plan_table,
+        "docs/plan.md's table: plan --gpu-gib over configs and GPU sizes, as Markdown",
+    )
+    p.add_argument("--configfile", nargs="+", required=True, help="config files (YAML)")
+    p.add_argument("--gpu-gib", nargs="+", type=float, required=True, help="GPU sizes, GiB")
+    p.add_argument("--bandwidth", type=Path, help="tau from a measured bandwidth file")
 
     p = with_settings(add(sub, "train", cmd_train, "train the embedded tiny OLMoE"))
     p.add_argument("--tokenizer", required=True)

@@ -1,0 +1,485 @@
+"""The largest C that fits a GPU with every MoE layer offloaded, and what it decodes at
+(`moecache plan --gpu-gib G`; docs/plan.md).
+
+Sizes come from plan.plan, the function the jobs use, with the config's restricted layers
+set to every MoE layer of the adapter and its capacity to each C tried: bytes grow with C,
+so C is found by bisection over top_k..N. The speed is equation (1),
+
+    ms/token = c + rho * tau,
+
+with tau one expert copy (its bytes over a measured loop's GiB/s, or a stated link's), rho
+the copies per token over every offloaded layer (a replay of a given trace at C, or the
+embedded trace's share at the same C/N from the published run's replay table, named as
+such), and c the compute per token (stated, or a measured run's); without c only the copy
+part is predicted, as a bound. Copies that overlap compute come at best to max(c, rho tau)
+(docs/overlap.md); the overlap cost model with no prefetcher and nothing computed before a
+layer's copies is equation (1).
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from moecache.errors import MoecacheError
+from moecache.model import plan, registry
+
+GIB = 2**30
+RULES = ("lru", "farthest-future")  # the causal rule a cache runs, and the oracle's floor
+REPO = Path(__file__).resolve().parents[3]
+# The published run's replay of the embedded default, and the config it ran.
+EMBEDDED_TABLE = REPO / "docs" / "results" / "table_eviction.csv"
+EMBEDDED_CONFIG = REPO / "config" / "config.yaml"
+
+
+# --- sizes --------------------------------------------------------------------------------
+
+
+def sizes(settings: dict, source=None):
+    """The model's sizes as its adapter reads them (N, top_k, every MoE layer)."""
+    config = plan.checkpoint_config(settings, source)
+    return registry.adapter_for(config.model_type).sizes(config)
+
+
+def sized(settings: dict, capacity: int, layers, source=None, tokens=None) -> dict:
+    """plan.plan at `capacity` with `layers` offloaded (the settings left untouched)."""
+    settings = copy.deepcopy(settings)
+    settings["harness"]["restricted_layers"] = list(layers)
+    settings["harness"]["capacity"] = capacity
+    return plan.plan(settings, source=source, tokens=tokens)
+
+
+def device_peak(report: dict) -> int:
+    """What one run decoding at C holds on the device, as a server would: the resident
+    weights, C slots per offloaded layer and the KV cache (plan's device_bytes). The study's
+    own jobs hold more beside it (the all-resident reference, scaled runs' twins, the slower
+    link's ring: plan's device_peak_bytes, reported as the config's own run)."""
+    return report["device_bytes"]
+
+
+def host_peak(report: dict) -> int:
+    return report.get("host_peak_bytes", report["pinned_host_bytes"])
+
+
+class TooSmall(MoecacheError):
+    """Even C = top_k does not fit; `smallest` is the plan at C = top_k."""
+
+    def __init__(self, message: str, smallest: dict):
+        super().__init__(message)
+        self.smallest = smallest
+
+
+def largest_capacity(settings: dict, gpu_gib: float, source=None, tokens=None) -> dict:
+    """The plan at the largest C (top_k <= C <= N) whose device peak fits `gpu_gib` with
+    every MoE layer offloaded, and at C + 1 (None at C = N); one line when even C = top_k
+    does not fit."""
+    shape = sizes(settings, source)
+    layers, top_k, experts = shape.moe_layers, shape.num_experts_per_tok, shape.num_experts
+    budget = gpu_gib * GIB
+
+    def at(c: int) -> dict:
+        return sized(settings, c, layers, source, tokens)
+
+    smallest = at(top_k)
+    if device_peak(smallest) > budget:
+        raise TooSmall(
+            f"--gpu-gib {gpu_gib:g}: even C = top_k = {top_k} with all {len(layers)} MoE "
+            f"layers offloaded needs {device_peak(smallest) / GIB:.3f} GiB on the device",
+            smallest,
+        )
+    fits, over = top_k, experts + 1  # fits(fits) holds; over is the first known not to
+    while over - fits > 1:
+        middle = (fits + over) // 2
+        if device_peak(at(middle)) <= budget:
+            fits = middle
+        else:
+            over = middle
+    return {"chosen": at(fits), "next": at(fits + 1) if fits < experts else None}
+
+
+# --- tau ----------------------------------------------------------------------------------
+
+
+def tau_from_bandwidth(path, expert_bytes: int) -> dict:
+    """tau from a bandwidth file (results/bandwidth/{device}.json or measured/gpu-check/
+    *.json): its per-expert loop's GiB/s, scaled to this model's expert."""
+    from moecache.atomic import read_json
+
+    if not Path(path).is_file():
+        raise MoecacheError(f"--bandwidth {path}: no such file")
+    measured = read_json(path, "a bandwidth file")
+    speed = measured.get("loop_gib_per_s") if isinstance(measured, dict) else None
+    if not isinstance(speed, int | float) or speed <= 0:
+        raise MoecacheError(
+            f"--bandwidth {path}: no loop_gib_per_s (the per-expert loop's GiB/s, as "
+            "moecache bandwidth and make gpu-check write it)"
+        )
+    device = measured.get("device_name") or "its device"
+    at = measured.get("expert_bytes")
+    size = f" on experts of {at / 2**20:.2f} MiB" if at else ""
+    return {
+        "ms": 1e3 * expert_bytes / (speed * GIB),
+        "gib_per_s": speed,
+        "source": f"measured: {path} ({device}, per-expert loop {speed:.2f} GiB/s{size})",
+    }
+
+
+def tau_from_link(gib_per_s: float, expert_bytes: int) -> dict:
+    if gib_per_s <= 0:
+        raise MoecacheError(f"--link-gbs {gib_per_s:g}: must be above 0")
+    return {
+        "ms": 1e3 * expert_bytes / (gib_per_s * GIB),
+        "gib_per_s": gib_per_s,
+        "source": f"stated: a link of {gib_per_s:g} GiB/s (--link-gbs), not measured",
+    }
+
+
+# --- c ------------------------------------------------------------------------------------
+
+
+def compute_from_run(path, model_source: str) -> dict:
+    """c from a decode run's results file (results/runs/...): its step less its copies,
+    per timed token (equation (1)'s c), refused for another model's run."""
+    from moecache.atomic import read_json
+    from moecache.report import overlap_model
+
+    if not Path(path).is_file():
+        raise MoecacheError(f"--compute-from {path}: no such file")
+    run = read_json(path, "a decode run's results file")
+    if not isinstance(run, dict) or not run.get("sequences"):
+        raise MoecacheError(f"--compute-from {path}: not a decode run's results file")
+    if overlap_model.timed(run) <= 0:
+        raise MoecacheError(f"--compute-from {path}: no timed tokens")
+    ran = run.get("settings", {}).get("model", {}).get("source")
+    if ran is not None and ran != model_source:
+        raise MoecacheError(f"--compute-from {path}: a run of {ran}, not of {model_source}")
+    c = overlap_model.compute_ms(run)
+    where = run.get("device_name") or "its device"
+    return {"ms": c, "source": f"measured: {path} ({where}, its step less its copies)"}
+
+
+def stated_compute(ms: float) -> dict:
+    if ms < 0:
+        raise MoecacheError(f"--compute-ms {ms:g}: must be at least 0")
+    return {"ms": ms, "source": "stated (--compute-ms), not measured"}
+
+
+# --- rho ----------------------------------------------------------------------------------
+
+
+def rho_from_trace(path, capacity: int, experts: int, top_k: int, layers: int) -> dict:
+    """Copies per token over `layers` offloaded layers: each rule replayed on the trace at
+    C (steady copies per timed token over the trace's layers, per layer, times `layers`)."""
+    from moecache.replay import engine
+
+    demand = read_trace(path, experts)
+    if (demand.num_experts, demand.top_k) != (experts, top_k):
+        raise MoecacheError(
+            f"--trace {path}: routes top-{demand.top_k} of {demand.num_experts} experts; "
+            f"the model routes top-{top_k} of {experts}"
+        )
+    traced = len({stream.split("/")[0] for stream in demand.streams})
+    timed = demand.timed_tokens
+    if timed <= 0:
+        raise MoecacheError(f"--trace {path}: no token after each sequence's first to count")
+    rho = {}
+    for rule in RULES:
+        steady = int(engine.replayed(demand, rule, capacity).steady.sum())
+        rho[rule] = steady / timed / traced * layers
+    return {
+        "per_token": rho,
+        "source": (
+            f"replayed: {path} ({traced} layers, {timed} timed tokens) at C = {capacity}, "
+            f"per layer times {layers} layers"
+        ),
+    }
+
+
+def read_trace(path, experts: int):
+    """A moecache-trace file, or a harness trace (read with the model's N)."""
+    from moecache.harness import trace
+    from moecache.replay import tracefile
+
+    if tracefile.header(path) is not None:
+        return tracefile.read_demand(path)
+    return trace.read_demand(path, experts)
+
+
+def embedded_shares(table=EMBEDDED_TABLE, config=EMBEDDED_CONFIG) -> dict:
+    """The published replay of the embedded default: per rule, {C/N: steady copies per
+    token per layer}, the mean over its shards; with its N, k and layers."""
+    if not (Path(table).is_file() and Path(config).is_file()):
+        raise MoecacheError(
+            f"{shown(Path(table))}: the published replay is not here to give rho; "
+            "give --trace FILE, a trace of this model's routing"
+        )
+    embedded = yaml.safe_load(Path(config).read_text())
+    arch = embedded["model"]["architecture"]
+    layers = len(embedded["harness"]["restricted_layers"])
+    points: dict[str, dict[float, list[float]]] = {rule: {} for rule in RULES}
+    with open(table, newline="") as rows:
+        for row in csv.DictReader(rows):
+            if row["rule"] in points and int(row["experts"]) == arch["num_experts"]:
+                share = int(row["capacity"]) / int(row["experts"])
+                per_layer = float(row["copies_per_token"]) / layers
+                points[row["rule"]].setdefault(share, []).append(per_layer)
+    if not all(len(p) >= 2 for p in points.values()):
+        raise MoecacheError(f"{shown(Path(table))}: no LRU and farthest-future rows at two C/N")
+    means = {rule: {s: float(np.mean(v)) for s, v in p.items()} for rule, p in points.items()}
+    return {
+        "shares": means,
+        "experts": arch["num_experts"],
+        "top_k": arch["num_experts_per_tok"],
+        "layers": layers,
+        "table": Path(table),
+    }
+
+
+def per_layer_at(shares: dict[float, float], share: float, top_k: int) -> tuple[float, str]:
+    """Copies per token per layer at C/N = `share`, linear between the published points
+    and C/N = 1 (nothing copied once every expert is resident); below the smallest point,
+    that first segment's line, never above top_k (a token needs at most k copies)."""
+    xs = sorted(shares) + [1.0]
+    ys = [shares[x] for x in xs[:-1]] + [0.0]
+    if share >= 1.0:
+        return 0.0, "every expert resident"
+    if share >= xs[0]:
+        how = "as published" if share in shares else "interpolated"
+        return float(np.interp(share, xs, ys)), how
+    slope = (ys[1] - ys[0]) / (xs[1] - xs[0])
+    return min(float(top_k), ys[0] + slope * (share - xs[0])), "extrapolated below"
+
+
+def rho_embedded(capacity: int, experts: int, top_k: int, layers: int, shares=None) -> dict:
+    """rho from the embedded trace's share at this C/N, scaled by k / k_embedded, times the
+    offloaded layers: not this model's routing."""
+    shares = shares or embedded_shares()
+    share = capacity / experts
+    rho, how = {}, ""
+    for rule in RULES:
+        per_layer, how = per_layer_at(shares["shares"][rule], share, shares["top_k"])
+        rho[rule] = per_layer * top_k / shares["top_k"] * layers
+    points = ", ".join(f"{s:g}" for s in sorted(shares["shares"]["lru"]))
+    scale = f", times k/k_embedded = {top_k}/{shares['top_k']}" if top_k != shares["top_k"] else ""
+    return {
+        "per_token": rho,
+        "source": (
+            f"the embedded trace's share at C/N = {capacity}/{experts} = {share:.3f}, not this "
+            f"model's routing ({how} from the published replay at C/N = {points}, "
+            f"{shown(shares['table'])}, and nothing copied at C = N; per layer{scale}, "
+            f"times {layers} layers)"
+        ),
+    }
+
+
+def shown(path: Path) -> str:
+    """A path as the repository names it, where it lies inside."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+# --- the answer ---------------------------------------------------------------------------
+
+
+def predictions(rho: dict, tau: dict | None, compute: dict | None) -> dict:
+    """Per rule: rho and, with tau, the copy part rho tau; with c too, equation (1)'s
+    ms/token and tokens/s and the overlapped best case max(c, rho tau); without c the copy
+    part is a bound (ms/token at least, tokens/s at most). None where not predicted."""
+    out = {}
+    for rule, copies in rho.items():
+        copy_ms = copies * tau["ms"] if tau else None
+        ms = compute["ms"] + copy_ms if compute and tau else None
+        bound = copy_ms if tau and not compute else None
+        out[rule] = {
+            "rho": copies,
+            "copy_ms": copy_ms,
+            "ms_per_token": ms,
+            "tokens_per_second": 1e3 / ms if ms else None,
+            "overlapped_ms_at_best": max(compute["ms"], copy_ms) if ms is not None else None,
+            "ms_per_token_at_least": bound,
+            "tokens_per_second_at_most": 1e3 / bound if bound else None,
+        }
+    return out
+
+
+def tau(expert_bytes: int, bandwidth=None, link_gbs=None) -> dict | None:
+    """tau from a bandwidth file, else a stated link, else None (not predicted)."""
+    if bandwidth is not None:
+        return tau_from_bandwidth(bandwidth, expert_bytes)
+    if link_gbs is not None:
+        return tau_from_link(link_gbs, expert_bytes)
+    return None
+
+
+def answer(
+    settings: dict,
+    gpu_gib: float,
+    host_gib: float | None = None,
+    source=None,
+    tokens=None,
+    bandwidth=None,
+    link_gbs=None,
+    compute: dict | None = None,
+    trace=None,
+) -> dict:
+    """The whole answer as data; nothing is read but configs and the files named. `trace`:
+    replayed for rho (None: the embedded trace's share); `config_run`: the config's own run
+    (its C on its layers) with its verdict."""
+    if trace is not None:
+        from moecache.replay import tracefile
+
+        tracefile.header(trace)  # a missing or non-Parquet file: refused before sizing
+    tau(1, bandwidth, link_gbs)  # a bad bandwidth file or link: refused before sizing
+    own = plan.plan(settings, gpu_gib, source, tokens)
+    found = largest_capacity(settings, gpu_gib, source, tokens)
+    chosen, nxt = found["chosen"], found["next"]
+    host = host_peak(chosen)
+    if host_gib is not None and host > host_gib * GIB:
+        raise MoecacheError(
+            f"--host-gib {host_gib:g}: the offloaded experts need {host / GIB:.3f} GiB of "
+            "host memory (pinned), more than given"
+        )
+    c, n, k = chosen["capacity"], chosen["num_experts"], chosen["top_k"]
+    layers = len(chosen["offloaded_layers"])
+    if trace is not None:
+        rho = rho_from_trace(trace, c, n, k, layers)
+    else:
+        rho = rho_embedded(c, n, k, layers)
+    copy = tau(chosen["expert_bytes"], bandwidth, link_gbs)
+    return {
+        "source": chosen["source"],
+        "family": chosen["family"],
+        "dtype": chosen["dtype"],
+        "gpu_gib": gpu_gib,
+        "host_gib": host_gib,
+        "capacity": c,
+        "num_experts": n,
+        "top_k": k,
+        "offloaded_layers": chosen["offloaded_layers"],
+        "expert_bytes": chosen["expert_bytes"],
+        "device_peak_bytes": device_peak(chosen),
+        "host_peak_bytes": host,
+        "next_device_peak_bytes": device_peak(nxt) if nxt else None,
+        "plan": chosen,
+        "tau": copy,
+        "compute": compute,
+        "rho_source": rho["source"],
+        "predicted": predictions(rho["per_token"], copy, compute),
+        "config_run": own,
+    }
+
+
+def lines(fit: dict) -> list[str]:
+    """The answer as a reader wants it, one fact a line."""
+    gib = lambda b: f"{b / GIB:.3f} GiB"  # noqa: E731
+    layers = fit["offloaded_layers"]
+    nxt = fit["next_device_peak_bytes"]
+    out = [
+        f"fit: {fit['source']} ({fit['family']}, {fit['dtype']}) on a {fit['gpu_gib']:g} GiB "
+        f"GPU, every MoE layer offloaded ({len(layers)} layers, {fit['num_experts']} experts "
+        f"top-{fit['top_k']})",
+        f"  C = {fit['capacity']} experts per layer (one expert "
+        f"{fit['expert_bytes'] / 2**20:.2f} MiB)",
+        f"  device peak: {gib(fit['device_peak_bytes'])}"
+        + (
+            f" (C = {fit['capacity'] + 1} would need {gib(nxt)})"
+            if nxt
+            else " (every expert resident)"
+        ),
+        f"  host peak: {gib(fit['host_peak_bytes'])} (the offloaded experts, pinned)"
+        + (f", of {fit['host_gib']:g} GiB" if fit["host_gib"] is not None else ""),
+        f"  rho from {fit['rho_source']}",
+    ]
+    tau, compute = fit["tau"], fit["compute"]
+    out.append(
+        f"  tau = {tau['ms']:.4f} ms per expert copy, {tau['source']}"
+        if tau
+        else "  tau: not given (--bandwidth FILE or --link-gbs X): ms/token not predicted"
+    )
+    out.append(
+        f"  c = {compute['ms']:.3f} ms/token compute, {compute['source']}"
+        if compute
+        else "  c: not given (--compute-ms or --compute-from): only the copy part is predicted, "
+        "a lower bound on ms/token"
+    )
+    for rule, row in fit["predicted"].items():
+        line = f"  {rule}: rho = {row['rho']:.3f} copies/token"
+        if row["ms_per_token"] is not None:
+            line += (
+                f", {row['ms_per_token']:.3f} ms/token = c + rho tau "
+                f"({row['tokens_per_second']:.1f} tokens/s); copies overlapping compute at "
+                f"best {row['overlapped_ms_at_best']:.3f} ms/token"
+            )
+        elif row["copy_ms"] is not None:
+            speed = row["tokens_per_second_at_most"]
+            line += f", ms/token >= rho tau = {row['copy_ms']:.3f}" + (
+                f" (at most {speed:.1f} tokens/s)" if speed else ""
+            )
+        out.append(line)
+    own = fit["config_run"]
+    out.append(
+        f"  the config's own study (C = {own['capacity']} on {len(own['offloaded_layers'])} "
+        f"layers, its jobs' peak): {gib(own['device_peak_bytes'])}, "
+        f"{'fits' if own['fits'] else 'does NOT fit'}"
+    )
+    return out
+
+
+# --- the table of docs/plan.md --------------------------------------------------------------
+
+
+def table(configs, gibs, bandwidth=None) -> str:
+    """Markdown: per config and GPU size, C with every MoE layer offloaded, the device and
+    host peaks, rho (the embedded trace's share) and the copies' GiB per token, and with a
+    bandwidth file the copy part of ms/token at its measured link."""
+    from moecache import config as configs_module
+
+    head = [
+        "model",
+        "GPU GiB",
+        "C / N",
+        "device peak GiB",
+        "C + 1 needs GiB",
+        "host GiB",
+        "LRU rho",
+        "farthest-future rho",
+        "LRU GiB copied / token",
+    ]
+    if bandwidth is not None:
+        head.append("LRU ms/token >= rho tau")
+    rows = []
+    for path in configs:
+        settings = configs_module.load(path)
+        for gib in gibs:
+            try:
+                fit = answer(settings, gib, bandwidth=bandwidth)
+            except TooSmall as small:
+                need = device_peak(small.smallest) / GIB
+                k = small.smallest["capacity"]
+                none = f"none (C = {k} needs {need:.2f})"
+                rows.append([settings["model"]["source"], f"{gib:g}", none])
+                continue
+            lru, oracle = fit["predicted"]["lru"], fit["predicted"]["farthest-future"]
+            nxt = fit["next_device_peak_bytes"]
+            row = [
+                fit["source"],
+                f"{gib:g}",
+                f"{fit['capacity']} / {fit['num_experts']}",
+                f"{fit['device_peak_bytes'] / GIB:.2f}",
+                f"{nxt / GIB:.2f}" if nxt else "-",
+                f"{fit['host_peak_bytes'] / GIB:.2f}",
+                f"{lru['rho']:.2f}",
+                f"{oracle['rho']:.2f}",
+                f"{lru['rho'] * fit['expert_bytes'] / GIB:.3f}",
+            ]
+            if bandwidth is not None:
+                row.append(f"{lru['copy_ms']:.2f}")
+            rows.append(row)
+    width = len(head)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
+    for row in rows:
+        lines.append("| " + " | ".join(row + [""] * (width - len(row))) + " |")
+    return "\n".join(lines)
