@@ -116,7 +116,7 @@ def job_peaks(settings: dict, report: dict, shard=None) -> dict:
     gate_slots = max(harness["capacity"], n if kept else 0) * layers
     shard = shard or next(iter(settings["corpus"]["heldout"]["shards"]))  # it decodes most
     shared, groups = slot_layout(plan_shard(settings, shard, shard))
-    decode_slots = max(shared, *groups) * layers
+    decode_slots = max([shared, *groups]) * layers
     jobs = {
         "gates": device(gate_slots, staged, ring),
         "decode": max(device(0, staged, 0), device(decode_slots, 0, ring)),
