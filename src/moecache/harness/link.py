@@ -38,6 +38,7 @@ import time
 import torch
 
 from moecache.errors import MoecacheError
+from moecache.model.memory import DEVICE, HOST, LEDGER
 
 KINDS = ("auto", "ring", "charge", "hold")
 HOST_CLOCK = ("charge", "hold")  # kinds that time copies on the host clock: CPU only
@@ -95,17 +96,25 @@ class SlowLink:
         def blocks(mib):
             return max(2, -(-mib * 2**20 // expert_bytes))
 
-        def ring(like, where, count, pinned=False):
-            block = torch.empty((count, *like.shape), dtype=like.dtype, pin_memory=pinned)
-            return block.fill_(1).to(where)
-
         self.host_blocks = blocks(ring_mib)
         self.device_blocks = max(2, device_blocks)
-        self.nbytes = self.device_blocks * expert_bytes
-        self.host_bytes = self.host_blocks * expert_bytes
-        host, on_device = self.host_blocks, self.device_blocks
-        self.host = [ring(w, "cpu", host, pin) for w in expert]
-        self.device = [ring(w, device, on_device) for w in expert]
+        self.expert, self.where, self.pin, self.expert_bytes = expert, device, pin, expert_bytes
+        self.host, self.device = [], []  # made when a run first repeats a copy (`rings`)
+
+    def rings(self) -> None:
+        """The rings, made and written once, by the first copy a multiplier above 1 repeats
+        (in the arms' untimed warm-up), so that a job that runs at 1x alone holds none;
+        counted by the accountant."""
+
+        def ring(like, where, count, what, pinned=False):
+            block = torch.empty((count, *like.shape), dtype=like.dtype, pin_memory=pinned)
+            block = block.fill_(1).to(where)
+            return LEDGER.adopt(what, HOST if where == "cpu" else DEVICE, block)
+
+        self.host = [ring(w, "cpu", self.host_blocks, "link ring", self.pin) for w in self.expert]
+        self.device = [ring(w, self.where, self.device_blocks, "link ring") for w in self.expert]
+        self.nbytes = self.device_blocks * self.expert_bytes
+        self.host_bytes = self.host_blocks * self.expert_bytes
 
     def hold(self, times: int, started: float) -> None:
         """After a group of real copies begun at `started` (time.perf_counter()): a held
@@ -125,6 +134,8 @@ class SlowLink:
         each from cold addresses; a held link waits once the group is done (`hold`)."""
         if self.kind != "ring" or times <= 0:
             return
+        if not self.device:
+            self.rings()
         for _ in range(times):
             self.at += 1
             src, dst = self.at % self.host_blocks, self.at % self.device_blocks

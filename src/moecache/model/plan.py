@@ -98,7 +98,8 @@ def job_peaks(settings: dict, report: dict, shard=None) -> dict:
     them, and the largest: the gates (every lossless gate run on one shared storage, the
     all-resident run's N slots where it is kept, beside one layer's own experts staged on a
     GPU) and the first shard's decode (the model's own base NLL with one layer staged, then
-    the slots of harness/runs.py's slot_layout and the slower link's ring)."""
+    the slots of harness/runs.py's slot_layout; the slower link's rings once a scaled run
+    repeats a copy)."""
     from moecache.harness.runs import plan_shard, slot_layout
 
     harness = settings["harness"]
@@ -116,10 +117,15 @@ def job_peaks(settings: dict, report: dict, shard=None) -> dict:
     gate_slots = max(harness["capacity"], n if kept else 0) * layers
     shard = shard or next(iter(settings["corpus"]["heldout"]["shards"]))  # it decodes most
     shared, groups = slot_layout(plan_shard(settings, shard, shard))
-    decode_slots = max([shared, *groups]) * layers
+    if not groups:  # the link's rings are made by the first repeated copy: none at 1x
+        ring = host_ring = 0
     jobs = {
-        "gates": device(gate_slots, staged, ring),
-        "decode": max(device(0, staged, 0), device(decode_slots, 0, ring)),
+        "gates": device(gate_slots, staged, 0),
+        "decode": max(
+            device(0, staged, 0),  # the model's own base NLL, before any slot
+            device(shared * layers, 0, 0),  # the 1x runs
+            device(max(groups, default=0) * layers, 0, ring),  # then each scaled group
+        ),
     }
     host = report["pinned_host_bytes"] + host_ring
     return {
@@ -146,17 +152,16 @@ def ring_bytes(harness: dict, expert: int, layers: int) -> tuple[int, int]:
 
 def reference_device_bytes(settings: dict, source=None, tokens=None) -> int:
     """The device memory the all-resident reference needs: every expert of the offloaded
-    layers in its slots, beside the resident weights, the link's ring and the KV cache
-    (`source`, `tokens`: as plan's)."""
+    layers in its slots, beside the resident weights and the KV cache (`source`, `tokens`:
+    as plan's)."""
     report = plan(settings, source=source, tokens=tokens, reference=False)
     layers = len(report["offloaded_layers"])
-    ring, _ = ring_bytes(settings["harness"], report["expert_bytes"], layers)
     return memory.device_peak(
         report["weights_bytes"],
         report["expert_bytes"],
         report["num_experts"] * layers,
         0,
-        ring,
+        0,  # at 1x: no slower link's ring
         report["kv_cache_bytes"],
     )
 
