@@ -8,7 +8,7 @@ Three ways (`harness.slow_link`, default `auto`: `ring` on CUDA, `charge` on a C
   same calls, shapes and bytes. Every repeat takes the next blocks; the host ring is
   larger than a last-level cache, so each repeat reads memory no cache holds, as a real
   copy reads an offloaded expert; the device ring has as many blocks as the run's slots.
-  The rings are written once at start, so their pages are real memory.
+  The rings are written once, when a run first repeats a copy, so their pages are real memory.
 - `charge` (CPU): a group of real copies (one token's misses at one layer) is timed on the
   monotonic clock, and m - 1 times the group's own time is added to the group's copy time
   and to the token's step time: the clocks are charged what a link m times slower would
