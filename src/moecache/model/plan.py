@@ -85,7 +85,9 @@ def plan(
     report["kv_cache_tokens"] = tokens or settings["corpus"]["heldout"]["max_tokens"]
     report["kv_cache_bytes"] = kv_bytes_per_token(config, element) * report["kv_cache_tokens"]
     report["device_bytes"] = report["held_bytes"] + report["kv_cache_bytes"]
-    if reference:
+    shards = settings.get("corpus", {}).get("heldout", {}).get("shards")
+    shard = shard or next(iter(shards or []), None)  # the first shard decodes most
+    if reference and shard is not None:  # the jobs' peaks need the runs a shard decodes
         report.update(job_peaks(settings, report, shard))
     if gpu_gib is not None:
         report["gpu_gib"] = gpu_gib
@@ -93,7 +95,7 @@ def plan(
     return report
 
 
-def job_peaks(settings: dict, report: dict, shard=None) -> dict:
+def job_peaks(settings: dict, report: dict, shard: str) -> dict:
     """Each harness job's device and host peak, as the accountant (model/memory.py) counts
     them, and the largest: the gates (every lossless gate run on one shared storage, the
     all-resident run's N slots where it is kept, beside one layer's own experts staged on a
@@ -115,7 +117,6 @@ def job_peaks(settings: dict, report: dict, shard=None) -> dict:
 
     kept = reference_left_out(settings) is None
     gate_slots = max(harness["capacity"], n if kept else 0) * layers
-    shard = shard or next(iter(settings["corpus"]["heldout"]["shards"]))  # it decodes most
     shared, groups = slot_layout(plan_shard(settings, shard, shard))
     if not groups:  # the link's rings are made by the first repeated copy: none at 1x
         ring = host_ring = 0
