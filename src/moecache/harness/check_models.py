@@ -72,3 +72,32 @@ def paper_experts(layer: dict, seed: int, implementation: str = "per-expert"):
 def float32_copy(model):
     """The same weights (already rounded to the model's dtype) computing in float32."""
     return copy.deepcopy(model).float()
+
+
+def paper_checkpoint(config, dtype: torch.dtype, folder: Path, seed: int, stored=None) -> Path:
+    """A model of `config` (a checkpoint's transformers config, its layers cut) with seeded
+    random weights, U(-0.025, 0.025) drawn in place in `dtype` (no float32 copy of a
+    paper-sized model), saved to `folder` as a safetensors checkpoint; `stored`: "mxfp4"
+    writes its experts as GPT-OSS's hub checkpoint stores them (model/tiny_quantized.py)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    from moecache.model import tiny_quantized
+
+    config = copy.deepcopy(config)
+    if hasattr(config, "quantization_config"):  # written by tiny_quantized, as stored
+        del config.quantization_config
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.025, 0.025, generator=generator)
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.zero_()
+    if stored is None:
+        model.save_pretrained(folder)
+    else:
+        tiny_quantized.save(model, folder, stored)
+    return folder
