@@ -1,7 +1,8 @@
-"""`make gpu-check`: the harness on one CUDA device in minutes, nothing downloaded.
+"""`make gpu-check`: the harness on one CUDA device in under 8 minutes, nothing downloaded.
 
-Four parts, each recorded in one results file (a part that raises is recorded with its
-error and the others still run):
+Its parts, each recorded in one results file (a part that raises is recorded with its
+error and the others still run; a part whose estimate would take the check past BUDGET_S
+is skipped and recorded so), in this order:
 
 - the smoke-sized OLMoE (config/smoke.yaml's architecture and vocabulary), built in memory
   from a seeded random init (experts and output head scaled up as in the harness tests, so
@@ -16,11 +17,17 @@ error and the others still run):
 - a paper-sized synthetic expert layer (OLMoE-1B-7B's: hidden 2048, intermediate 1024,
   64 experts, bfloat16): time per expert copy and GiB/s of the per-expert loop against
   one large copy of the same bytes. Its figures are repeated at the file's top level
-  (`tau_ms`, `loop_gib_per_s`, `large_gib_per_s`), where a bandwidth file keeps them.
+  (`tau_ms`, `loop_gib_per_s`, `large_gib_per_s`), where a bandwidth file keeps them;
+- paper-shaped models (paper_check.py): OLMoE-1B-7B at 4 layers and a GPT-OSS-20B at 2
+  with MXFP4 experts, loaded by jobs.load_model through the gates and decode jobs: each
+  job's accountant peaks against torch.cuda.max_memory_allocated and the plan (more than
+  5% off the plan fails), and LRU blocking against overlapped copies at 1x and 10x;
+- every other family's tiny model through the same gates.
 
 `run` refuses in one line without CUDA; it writes the results file and then refuses in
-one line, naming them, when a part raised or a gate failed. `measure_device` and `finish`
-do the work on any device (the tests call them on the CPU at reduced sizes).
+one line, naming them, when a part raised, a gate failed or the accountant left the plan.
+`measure_device` and `finish` do the work on any device (the tests call them on the CPU at
+reduced sizes).
 """
 
 from __future__ import annotations
