@@ -74,11 +74,15 @@ def float32_copy(model):
     return copy.deepcopy(model).float()
 
 
-def paper_checkpoint(config, dtype: torch.dtype, folder: Path, seed: int, stored=None) -> Path:
-    """A model of `config` (a checkpoint's transformers config, its layers cut) with seeded
-    random weights, U(-0.025, 0.025) drawn in place in `dtype` (no float32 copy of a
-    paper-sized model), saved to `folder` as a safetensors checkpoint; `stored`: "mxfp4"
-    writes its experts as GPT-OSS's hub checkpoint stores them (model/tiny_quantized.py)."""
+def paper_checkpoint(
+    config, dtype: torch.dtype, folder: Path, seed: int, stored=None, device="cpu"
+) -> Path:
+    """A model of `config` (a checkpoint's transformers config, its layers cut) on the
+    host with seeded random weights, U(-0.025, 0.025) in `dtype`, saved to `folder` as a
+    safetensors checkpoint; `stored`: "mxfp4" writes its experts as GPT-OSS's hub
+    checkpoint stores them (model/tiny_quantized.py). `device` draws the weights and
+    quantizes them: a CPU draws a random number a few ns apart, one after another, a
+    GPU a paper-sized model's billions in milliseconds."""
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
@@ -89,15 +93,17 @@ def paper_checkpoint(config, dtype: torch.dtype, folder: Path, seed: int, stored
         del config.quantization_config
     with no_init_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device).manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.uniform_(-0.025, 0.025, generator=generator)
+            drawn = torch.empty(p.shape, dtype=p.dtype, device=device)
+            p.copy_(drawn.uniform_(-0.025, 0.025, generator=generator))
+            del drawn
         for name, buffer in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
                 buffer.zero_()
     if stored is None:
         model.save_pretrained(folder)
     else:
-        tiny_quantized.save(model, folder, stored)
+        tiny_quantized.save(model, folder, stored, device)
     return folder

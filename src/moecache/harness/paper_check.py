@@ -127,8 +127,9 @@ def measure(name: str, model: PaperModel, device: str, pace: dict, seed: int, lo
     dtype = yaml.safe_load((CONFIGS / model.config).read_text())["model"]["dtype"]
     with tempfile.TemporaryDirectory(prefix=f"moecache-paper-{name}-") as tmp:
         folder = paper_checkpoint(
-            config, checkpoint.DTYPES[dtype], Path(tmp) / name, seed, model.stored
+            config, checkpoint.DTYPES[dtype], Path(tmp) / name, seed, model.stored, device
         )
+        release(device)  # what drawing and quantizing left in the allocator's cache
         settings = paper_settings(model, config, folder, device, pace)
         ids = smoke_sequences(config.vocab_size, pace["sequences"], pace["tokens"], seed)
         planned = plan.plan(settings, source=str(folder), tokens=pace["tokens"])
@@ -159,6 +160,12 @@ def measure(name: str, model: PaperModel, device: str, pace: dict, seed: int, lo
     for line in overlap_lines(report.get("overlap", {})):
         log(f"  {name} {line}")
     return report
+
+
+def release(device: str) -> None:
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def reset_peaks(device: str) -> None:
