@@ -170,3 +170,20 @@ def test_the_timing_reads_each_run_at_each_multiplier():
     assert timing[str(m)]["lru-overlap-pregate"]["overlap_helped"] == "faster"
     assert timing[str(m)]["lru-overlap-pregate"]["to_blocking"] == pytest.approx(0.5)
     assert timing[str(m)]["lru"]["twin_ms_per_token"] == 10.0
+
+
+def test_a_stage_that_raises_is_recorded_and_the_others_kept(monkeypatch):
+    """Under gpu-check's parts, a decode job that raises (the overlapped copies that never
+    ran on a GPU, say) leaves the gates job's figures, and is named as a failed part."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("copy stream lost")
+
+    monkeypatch.setattr(runs, "decode_runs", broken)
+    parts = gpu_check.Parts("cpu", lambda line: None)
+    report = paper_check.measure(
+        "olmoe", TINY_MODELS["olmoe"], "cpu", PACE, 0, lambda line: None, parts.step
+    )
+    assert set(report["memory"]) == {"gates"} and "overlap" not in report
+    assert parts.errors["paper olmoe decode"]["error"] == "RuntimeError: copy stream lost"
+    assert set(parts.errors) == {"paper olmoe decode"}

@@ -367,11 +367,13 @@ def measure_device(device: str, *, log=say, **overrides) -> tuple[dict, dict]:
 
 
 def paper_model_part(parts: Parts, name: str, model, sizes: Sizes) -> dict:
-    """A paper-shaped model through the real loading, gates and decode (paper_check.py)."""
+    """A paper-shaped model through the real loading, gates and decode (paper_check.py),
+    each stage a part of its own (one that raises is recorded and fails the check); the
+    budget asks for the whole model's estimate before it is written."""
     return parts.recorded(
         f"paper {name}",
         lambda: paper_check.measure(
-            name, model, parts.device, sizes.paper_pace, sizes.seed, parts.log
+            name, model, parts.device, sizes.paper_pace, sizes.seed, parts.log, parts.step
         ),
         ESTIMATE_S.get(f"paper {name}", ESTIMATE_S["paper olmoe"]),
     )

@@ -119,44 +119,88 @@ def paper_settings(model: PaperModel, config, folder, device: str, pace: dict) -
     return settings
 
 
-def measure(name: str, model: PaperModel, device: str, pace: dict, seed: int, log) -> dict:
-    """`model` written, loaded onto `device` by jobs.load_model, through the gates and the
-    decode job: each job's peaks (job_memory), the gates' verdicts, and on the timed model
-    blocking against overlapped copies (overlap_timing)."""
+@dataclasses.dataclass
+class Loaded:
+    """A paper-shaped model loaded as a job loads it, with what its jobs read."""
+
+    settings: dict
+    planned: dict  # plan.plan's figures for the checkpoint
+    model: object
+    ids: list
+    seed: int
+
+    @property
+    def device(self) -> str:
+        return self.settings["harness"]["device"]
+
+
+def load(model: PaperModel, folder: Path, device: str, pace: dict, seed: int) -> Loaded:
+    """`model` written to `folder` (drawn and quantized on `device`), planned, and loaded
+    onto `device` by jobs.load_model (which resets the accountant)."""
     config = checkpoint_config(model)
     dtype = yaml.safe_load((CONFIGS / model.config).read_text())["model"]["dtype"]
-    with tempfile.TemporaryDirectory(prefix=f"moecache-paper-{name}-") as tmp:
-        folder = paper_checkpoint(
-            config, checkpoint.DTYPES[dtype], Path(tmp) / name, seed, model.stored, device
-        )
-        release(device)  # what drawing and quantizing left in the allocator's cache
-        settings = paper_settings(model, config, folder, device, pace)
-        ids = smoke_sequences(config.vocab_size, pace["sequences"], pace["tokens"], seed)
-        planned = plan.plan(settings, source=str(folder), tokens=pace["tokens"])
-        loaded = jobs.load_model(settings, str(folder), device)  # resets the accountant
-        report = {"settings": {"model": settings["model"], "harness": settings["harness"]}}
-        report["expert_bytes"] = planned["expert_bytes"]
+    paper_checkpoint(config, checkpoint.DTYPES[dtype], folder, seed, model.stored, device)
+    release(device)  # what drawing and quantizing left in the allocator's cache
+    settings = paper_settings(model, config, folder, device, pace)
+    ids = smoke_sequences(config.vocab_size, pace["sequences"], pace["tokens"], seed)
+    planned = plan.plan(settings, source=str(folder), tokens=pace["tokens"])
+    return Loaded(settings, planned, jobs.load_model(settings, str(folder), device), ids, seed)
 
-        reset_peaks(device)
-        torch.manual_seed(seed)
-        gated = gates.run(loaded, ids, settings["harness"], settings["seed"])
-        gc.collect()
-        memory = {"gates": job_memory("gates", planned, device)}
-        reset_peaks(device)
-        shard = next(iter(settings["corpus"]["heldout"]["shards"]))
-        planned_runs = runs.plan_shard(settings, shard, shard)
-        decoded = runs.decode_runs(settings, loaded, ids, planned_runs)
-        memory["decode"] = job_memory("decode", planned, device)
-        del loaded
-        gc.collect()
-    report["memory"] = memory
-    # Recorded, not judged: a random bfloat16 model's teacher-forced and batched NLLs are
-    # two roundings (the smoke model's gates hold a device to that, docs/gpu-check.md).
-    report["gates"] = {"failures": gated["failures"], "batched_nll": gated["batched_nll"]}
-    if model.timed:
-        report["overlap"] = overlap_timing(decoded)
-    for job, held in memory.items():
-        log(memory_line(f"{name} {job}", held))
+
+def gates_job(job: Loaded) -> dict:
+    """The real gates; their peaks, and their verdicts recorded, not judged: a random
+    bfloat16 model's teacher-forced and batched NLLs are two roundings (the smoke model's
+    gates hold a device to that, docs/gpu-check.md)."""
+    reset_peaks(job.device)
+    torch.manual_seed(job.seed)
+    gated = gates.run(job.model, job.ids, job.settings["harness"], job.seed)
+    gc.collect()
+    return {
+        "memory": job_memory("gates", job.planned, job.device),
+        "verdicts": {"failures": gated["failures"], "batched_nll": gated["batched_nll"]},
+    }
+
+
+def decode_job(job: Loaded) -> tuple[dict, runs.Decoded]:
+    """The real decode job over the first shard's runs; its peaks, and what it decoded."""
+    reset_peaks(job.device)
+    shard = next(iter(job.settings["corpus"]["heldout"]["shards"]))
+    planned_runs = runs.plan_shard(job.settings, shard, shard)
+    decoded = runs.decode_runs(job.settings, job.model, job.ids, planned_runs)
+    return job_memory("decode", job.planned, job.device), decoded
+
+
+def run_directly(label: str, work):
+    return work()
+
+
+def measure(
+    name: str, model: PaperModel, device: str, pace: dict, seed: int, log, step=run_directly
+) -> dict:
+    """`model` written, loaded onto `device` by jobs.load_model, through the gates and the
+    decode job: each job's peaks (job_memory), the gates' verdicts, and on the timed model
+    blocking against overlapped copies (overlap_timing). `step(label, work)` runs each
+    stage (gpu_check's records a stage that raises and goes on; a None result is a stage
+    that did not finish, and what follows it is left out)."""
+    report: dict = {"memory": {}}
+    with tempfile.TemporaryDirectory(prefix=f"moecache-paper-{name}-") as tmp:
+        job = step(f"paper {name} load", lambda: load(model, Path(tmp) / name, device, pace, seed))
+        if job is None:
+            return report
+        report["settings"] = {"model": job.settings["model"], "harness": job.settings["harness"]}
+        report["expert_bytes"] = job.planned["expert_bytes"]
+        gated = step(f"paper {name} gates", lambda: gates_job(job))
+        if gated is not None:
+            report["memory"]["gates"], report["gates"] = gated["memory"], gated["verdicts"]
+        decoded = step(f"paper {name} decode", lambda: decode_job(job))
+        job = None  # the model freed before the next part
+        release(device)
+    if decoded is not None:
+        report["memory"]["decode"], decoded = decoded
+        if model.timed:
+            report["overlap"] = overlap_timing(decoded)
+    for stage, held in report["memory"].items():
+        log(memory_line(f"{name} {stage}", held))
     for line in overlap_lines(report.get("overlap", {})):
         log(f"  {name} {line}")
     return report
