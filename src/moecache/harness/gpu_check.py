@@ -110,14 +110,17 @@ ESTIMATE_S = {
     "family": 20,
     "bandwidth": 10,  # 6 s on the H200
     "paper layer": 20,  # 15 s on the H200 (64 experts of 12 MiB, 15 rounds x 2 multipliers)
-    # OLMoE at 4 layers: 1.9 G bfloat16 weights drawn and saved (3.8 GB, ~20 s), read, the
-    # experts of 2 layers pinned and the rest moved (~10 s); gates on 160 tokens, 6 arms
-    # (~15 s); decode: 3 runs x 160 tokens x 2 passes at 1x (~5 ms a token: ~5 s), then 3
-    # groups of 2 arms at 10x (8 copies a token x 2.5 ms = ~25 ms a token: ~50 s)
+    # OLMoE at 4 layers: 1.9 G bfloat16 weights drawn on the GPU (~1 s) and saved (3.8 GB,
+    # ~10 s), read, the experts of 2 layers pinned and the rest moved (~10 s); gates on
+    # 4 x 40 tokens, 6 arms (~15 s); decode: 3 runs x 160 tokens x 2 passes at 1x (~6 ms
+    # a token: ~6 s), then 3 groups of a 1x twin and a 10x run, in lockstep: ~9.5 copies
+    # a token (LRU at C = 32 of 64 on random routing, as a CPU run at these shapes
+    # counted) x 2.5 ms = ~24 ms a token more at 10x: ~35 s
     "paper olmoe": 110,
-    # GPT-OSS at 2 layers: 1.85 G weights drawn, 2 x 1.06 G quantized to MXFP4 on the host
-    # (~40 s), read with layer 0 dequantized by transformers (~15 s), gates and LRU at 1x
-    # on one offloaded layer (~15 s)
+    # GPT-OSS at 2 layers: 1.85 G weights drawn on the GPU and saved (3.5 GB, ~10 s),
+    # read back onto it and its 64 experts quantized to MXFP4 there (~5 s), written
+    # (1.9 GB, ~5 s); read with layer 0 dequantized by transformers on the host (~15 s);
+    # gates and LRU at 1x on one offloaded layer of 13 MB experts (~15 s)
     "paper gpt_oss": 80,
 }
 # A lower precision's teacher-forced and batched NLLs are two roundings of one value, each
