@@ -44,11 +44,14 @@ lint: venv
 pytest: venv
 	pytest
 
-# One GPU, under five minutes, nothing downloaded: the smoke model through the gates in
-# float32 and bfloat16, copy bandwidth per multiplier, a paper-sized expert layer; one
-# results file per machine, measured/gpu-check/<host>.json: Table 1 and the numbers read it
-# once config key report.devices names <host> (commit it beside the H200's). Without CUDA
-# it refuses in one line.
+# One GPU, under eight minutes (a part past the budget is skipped and named), nothing
+# downloaded: the smoke model through the gates in float32 and bfloat16, copy bandwidth per
+# multiplier, a paper-sized expert layer, OLMoE-1B-7B's shapes (4 layers) and a GPT-OSS with
+# MXFP4 experts loaded through the real path: the accountant's peaks against the allocator's
+# and the plan's (more than 5% off the plan fails), LRU blocking against overlapped at 1x and
+# 10x (docs/gpu-check.md). One results file per machine, measured/gpu-check/<host>.json:
+# Table 1 and the numbers read it once config key report.devices names <host> (commit it
+# beside the H200's). Without CUDA it refuses in one line.
 gpu-check: venv
 	moecache gpu-check --out measured/gpu-check/$$(hostname).json
 

@@ -3,6 +3,7 @@ CPU (the same code the GPU runs, with the CPU's clock in place of CUDA events)."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -12,11 +13,25 @@ from conftest import REPO, SMOKE, load_yaml, moecache
 
 from moecache import provenance
 from moecache.errors import MoecacheError
-from moecache.harness import decode, gates, gpu_check
+from moecache.harness import decode, gates, gpu_check, paper_check
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 
 TINY_PAPER = {"hidden_size": 64, "intermediate_size": 32, "num_experts": 16}
+# The paper-shaped OLMoE at reduced sizes (tests/test_paper_check.py runs both models).
+TINY_OLMOE = dataclasses.replace(
+    paper_check.PAPER_MODELS["olmoe"],
+    vocab=128,
+    shrink={
+        "hidden_size": 32,
+        "intermediate_size": 16,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+    },
+)
+TINY_PACE = {"sequences": 2, "tokens": 8, "warmup_tokens": 1, "repeats": 1}
 
 
 @no_cuda
@@ -73,8 +88,17 @@ def test_measure_device_on_the_cpu(tmp_path):
         paper_ring_mib=1,
         log=lines.append,
         families=("qwen3_moe",),
+        paper_models={"olmoe": TINY_OLMOE},
+        paper_pace=TINY_PACE,
     )
     assert report["errors"] == {}, report["errors"]
+    assert report["skipped"] == {}  # the budget is a GPU's 8 minutes
+    # The paper-shaped model through the real path: its jobs' peaks and the overlap timing.
+    paper = report["paper_models"]["olmoe"]
+    assert set(paper["memory"]) == {"gates", "decode"} and set(paper["overlap"]) == {"1", "10"}
+    assert settings["paper_models"]["models"]["olmoe"]["layers"] == 4
+    assert settings["budget_s"] == gpu_check.BUDGET_S
+    assert any(line.startswith("  olmoe x10 ms/token: lru ") for line in lines)
     # Another family's tiny model through the same gates, exact in float32.
     assert set(report["families"]["qwen3_moe"]) == {"float32", "bfloat16"}
     assert not [f for f in report["families"]["qwen3_moe"]["float32"]["failures"] if "NLL" in f]
@@ -153,6 +177,7 @@ def test_a_failed_gate_is_written_then_refused_naming_it(tmp_path, monkeypatch):
         paper_ring_mib=1,
         log=lambda line: None,
         families=(),
+        paper_models={},
     )
     assert report["errors"] == {}
     out = tmp_path / "gpu-check" / "cpu.json"
@@ -203,3 +228,34 @@ def test_the_bfloat16_tolerance_is_measured_on_the_same_model():
         experts.down_proj.data = experts.down_proj.data.roll(1, dims=0)  # expert e computes e-1
         wrong = decode.batched_nll(model, ids, "cpu")
     assert gates.BATCHED_TOLERANCE <= tolerance < abs(wrong - batched)
+
+
+def test_a_part_past_the_budget_is_skipped_and_said_so(tmp_path):
+    parts = gpu_check.Parts("cpu", lambda line: None, budget_s=100)
+    assert parts.step("quick", lambda: 1, estimate_s=50) == 1
+    assert parts.step("long", lambda: pytest.fail("ran past the budget"), estimate_s=200) is None
+    assert parts.skipped["long"].startswith("skipped: ")
+    assert parts.skipped["long"].endswith("about 200 s for it would pass the 100 s budget")
+    assert parts.missing("long") == {"skipped": parts.skipped["long"]}
+    assert parts.errors == {}
+    # With no time at all every part is skipped; the file says which, and that is no failure.
+    lines = []
+    report, settings = gpu_check.measure_device(
+        "cpu",
+        sequences=1,
+        tokens=8,
+        families=("qwen3_moe",),
+        paper_models={"olmoe": TINY_OLMOE},
+        paper_pace=TINY_PACE,
+        budget_s=0,
+        log=lines.append,
+    )
+    assert report["errors"] == {}
+    expected = {"load float32", "load bfloat16", "bandwidth", "paper layer", "paper olmoe"}
+    assert set(report["skipped"]) == expected | {"build qwen3_moe"}
+    assert report["gates"]["float32"] == {"skipped": report["skipped"]["load float32"]}
+    assert report["paper_models"]["olmoe"] == {"skipped": report["skipped"]["paper olmoe"]}
+    out = tmp_path / "gpu-check" / "cpu.json"
+    gpu_check.finish(out, report, settings, "cpu", log=lines.append)
+    assert json.loads(out.read_text())["skipped"] == report["skipped"]
+    assert "paper olmoe: skipped: " in "\n".join(lines)

@@ -72,3 +72,38 @@ def paper_experts(layer: dict, seed: int, implementation: str = "per-expert"):
 def float32_copy(model):
     """The same weights (already rounded to the model's dtype) computing in float32."""
     return copy.deepcopy(model).float()
+
+
+def paper_checkpoint(
+    config, dtype: torch.dtype, folder: Path, seed: int, stored=None, device="cpu"
+) -> Path:
+    """A model of `config` (a checkpoint's transformers config, its layers cut) on the
+    host with seeded random weights, U(-0.025, 0.025) in `dtype`, saved to `folder` as a
+    safetensors checkpoint; `stored`: "mxfp4" writes its experts as GPT-OSS's hub
+    checkpoint stores them (model/tiny_quantized.py). `device` draws the weights and
+    quantizes them: a CPU draws a random number a few ns apart, one after another, a
+    GPU a paper-sized model's billions in milliseconds."""
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    from moecache.model import tiny_quantized
+
+    config = copy.deepcopy(config)
+    if hasattr(config, "quantization_config"):  # written by tiny_quantized, as stored
+        del config.quantization_config
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    generator = torch.Generator(device).manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            drawn = torch.empty(p.shape, dtype=p.dtype, device=device)
+            p.copy_(drawn.uniform_(-0.025, 0.025, generator=generator))
+            del drawn
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.zero_()
+    if stored is None:
+        model.save_pretrained(folder)
+    else:
+        tiny_quantized.save(model, folder, stored, device)
+    return folder

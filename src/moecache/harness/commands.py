@@ -203,7 +203,8 @@ def register(sub) -> None:
         sub,
         "gpu-check",
         cmd_gpu_check,
-        "the harness on one CUDA device in minutes: gates, copy bandwidth, a paper-sized layer",
+        "the harness on one CUDA device in under 8 minutes: gates, copy bandwidth, a paper-sized "
+        "layer, paper-shaped models' memory and overlapped copies",
     )
     p.add_argument("--out", required=True, type=Path, help="the results file (JSON)")
     p.add_argument("--device", default="cuda", help="cuda or cuda:N (default: cuda)")

@@ -1,7 +1,8 @@
-"""`make gpu-check`: the harness on one CUDA device in minutes, nothing downloaded.
+"""`make gpu-check`: the harness on one CUDA device in under 8 minutes, nothing downloaded.
 
-Four parts, each recorded in one results file (a part that raises is recorded with its
-error and the others still run):
+Its parts, each recorded in one results file (a part that raises is recorded with its
+error and the others still run; a part whose estimate would take the check past BUDGET_S
+is skipped and recorded so), in this order:
 
 - the smoke-sized OLMoE (config/smoke.yaml's architecture and vocabulary), built in memory
   from a seeded random init (experts and output head scaled up as in the harness tests, so
@@ -16,11 +17,17 @@ error and the others still run):
 - a paper-sized synthetic expert layer (OLMoE-1B-7B's: hidden 2048, intermediate 1024,
   64 experts, bfloat16): time per expert copy and GiB/s of the per-expert loop against
   one large copy of the same bytes. Its figures are repeated at the file's top level
-  (`tau_ms`, `loop_gib_per_s`, `large_gib_per_s`), where a bandwidth file keeps them.
+  (`tau_ms`, `loop_gib_per_s`, `large_gib_per_s`), where a bandwidth file keeps them;
+- paper-shaped models (paper_check.py): OLMoE-1B-7B at 4 layers and a GPT-OSS-20B at 2
+  with MXFP4 experts, loaded by jobs.load_model through the gates and decode jobs: each
+  job's accountant peaks against torch.cuda.max_memory_allocated and the plan (more than
+  5% off the plan fails), and LRU blocking against overlapped copies at 1x and 10x;
+- every other family's tiny model through the same gates.
 
 `run` refuses in one line without CUDA; it writes the results file and then refuses in
-one line, naming them, when a part raised or a gate failed. `measure_device` and `finish`
-do the work on any device (the tests call them on the CPU at reduced sizes).
+one line, naming them, when a part raised, a gate failed or the accountant left the plan.
+`measure_device` and `finish` do the work on any device (the tests call them on the CPU at
+reduced sizes).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ import torch
 from moecache import config as configs
 from moecache import provenance
 from moecache.errors import MoecacheError, first_line
-from moecache.harness import bandwidth, decode, gates
+from moecache.harness import bandwidth, decode, gates, paper_check
 from moecache.harness.check_models import (
     SCALE,
     family_model,
@@ -86,6 +93,36 @@ PAPER_LAYER = {
 }
 PAPER_MULTIPLIERS = (1, 10)
 PAPER_RING_MIB = 256
+# The paper-shaped models (paper_check.py) and their pace: a few short sequences, enough
+# tokens for a bootstrap interval on ms per token, two timed passes.
+PAPER_MODELS = paper_check.PAPER_MODELS
+PAPER_PACE = {"sequences": 4, "tokens": 40, "warmup_tokens": 4, "repeats": 2}
+# The whole check within 8 minutes on one GPU: a part that would end past BUDGET_S (the
+# seconds so far plus its estimate) is skipped, and the results file says so.
+BUDGET_S = 480
+# Each part's seconds on one H100, from the committed H200 run's log and, for the new
+# parts, from their sizes (pinned copies at ~50 GiB/s: 0.25 ms an OLMoE expert of 12.6 MB).
+ESTIMATE_S = {
+    # smoke gates in one dtype: 60 s on the H200 (8 x 128 tokens token by token, the own
+    # block and the pool at C = N over 3 passes, then 3 lossless runs); load and memory <1 s
+    "gates": 75,
+    # one family in one dtype: its tiny model built and saved, 2 of those 8 sequences
+    "family": 20,
+    "bandwidth": 10,  # 6 s on the H200
+    "paper layer": 20,  # 15 s on the H200 (64 experts of 12 MiB, 15 rounds x 2 multipliers)
+    # OLMoE at 4 layers: 1.9 G bfloat16 weights drawn on the GPU (~1 s) and saved (3.8 GB,
+    # ~10 s), read, the experts of 2 layers pinned and the rest moved (~10 s); gates on
+    # 4 x 40 tokens, 6 arms (~15 s); decode: 3 runs x 160 tokens x 2 passes at 1x (~6 ms
+    # a token: ~6 s), then 3 groups of a 1x twin and a 10x run, in lockstep: ~9.5 copies
+    # a token (LRU at C = 32 of 64 on random routing, as a CPU run at these shapes
+    # counted) x 2.5 ms = ~24 ms a token more at 10x: ~35 s
+    "paper olmoe": 110,
+    # GPT-OSS at 2 layers: 1.85 G weights drawn on the GPU and saved (3.5 GB, ~10 s),
+    # read back onto it and its 64 experts quantized to MXFP4 there (~5 s), written
+    # (1.9 GB, ~5 s); read with layer 0 dequantized by transformers on the host (~15 s);
+    # gates and LRU at 1x on one offloaded layer of 13 MB experts (~15 s)
+    "paper gpt_oss": 80,
+}
 # A lower precision's teacher-forced and batched NLLs are two roundings of one value, each
 # about as far from it as the batched NLL lies from the same weights computed in float32:
 # they may differ by twice that (docs/gpu-check.md).
@@ -112,6 +149,9 @@ class Sizes:
     paper_ring_mib: int = PAPER_RING_MIB
     seed: int = SEED
     families: tuple = FAMILIES
+    paper_models: dict = dataclasses.field(default_factory=lambda: dict(PAPER_MODELS))
+    paper_pace: dict = dataclasses.field(default_factory=lambda: dict(PAPER_PACE))
+    budget_s: float = BUDGET_S
 
 
 def smoke_sizes(device: str, *, arch=None, vocab=None, harness=None, paper=None, **rest) -> Sizes:
@@ -165,6 +205,12 @@ def settings_of(sizes: Sizes) -> dict:
             "multipliers": list(sizes.paper_multipliers),
             "ring_mib": sizes.paper_ring_mib,
         },
+        "paper_models": {
+            "models": {name: dataclasses.asdict(m) for name, m in sizes.paper_models.items()},
+            "pace": sizes.paper_pace,
+            "slow_multiplier": paper_check.SLOW_MULTIPLIER,
+        },
+        "budget_s": sizes.budget_s,
     }
 
 
@@ -208,7 +254,7 @@ def finish(out_path, report: dict, settings: dict, device: str, log=None) -> dic
         log(line)
     log(f"wrote {out_path} in {report['seconds']:.0f} s")
     raised = [f"{name} raised ({e['error']})" for name, e in report["errors"].items()]
-    problems = raised + failed_gates(report)
+    problems = raised + failed_gates(report) + off_the_plan(report)
     if problems:
         raise MoecacheError(f"gpu-check failed: {'; '.join(problems)}; all in {out_path}")
     return report
@@ -219,6 +265,15 @@ def failed_gates(report: dict) -> list[str]:
     found = []
     for label, result in gate_results(report):
         found += [f"gate {label}: {failure}" for failure in result.get("failures", [])]
+    return found
+
+
+def off_the_plan(report: dict) -> list[str]:
+    """Every paper-shaped job whose accountant's peak is more than 5% off the plan's."""
+    found = []
+    for name, result in report.get("paper_models", {}).items():
+        if "memory" in result:
+            found += paper_check.memory_failures(f"paper {name}", result["memory"])
     return found
 
 
@@ -236,16 +291,26 @@ def say(line: str) -> None:
 
 class Parts:
     """The check's parts, run one by one: a part that raises is recorded with its error
-    (and traceback) and the next part runs."""
+    (and traceback) and the next part runs; a part that would end past `budget_s` (the
+    seconds so far and its estimate) is skipped, and recorded so."""
 
-    def __init__(self, device: str, log):
-        self.device, self.log = device, log
+    def __init__(self, device: str, log, budget_s: float = BUDGET_S):
+        self.device, self.log, self.budget_s = device, log, budget_s
         self.errors: dict[str, dict] = {}
+        self.skipped: dict[str, str] = {}
         self.started = time.perf_counter()
 
-    def step(self, name: str, work):
-        """A part's result, or None with its error recorded."""
-        self.log(f"[{time.perf_counter() - self.started:6.1f} s] {name} ...")
+    def step(self, name: str, work, estimate_s: float = 0):
+        """A part's result, or None with its error or its skipping recorded."""
+        elapsed = time.perf_counter() - self.started
+        if elapsed + estimate_s > self.budget_s:
+            self.skipped[name] = (
+                f"skipped: {elapsed:.0f} s so far and about {estimate_s:.0f} s for it would "
+                f"pass the {self.budget_s:.0f} s budget"
+            )
+            self.log(f"[{elapsed:6.1f} s] {name} {self.skipped[name]}")
+            return None
+        self.log(f"[{elapsed:6.1f} s] {name} ...")
         try:
             return work()
         except Exception as error:  # noqa: BLE001  (recorded in the results, not lost)
@@ -256,37 +321,65 @@ class Parts:
         finally:
             release(self.device)
 
-    def recorded(self, name: str, work) -> dict:
-        """A part's result, or its error where it raised."""
-        result = self.step(name, work)
-        return {"error": self.errors[name]["error"]} if result is None else result
+    def recorded(self, name: str, work, estimate_s: float = 0) -> dict:
+        """A part's result, or its error where it raised, or why it was skipped."""
+        result = self.step(name, work, estimate_s)
+        return self.missing(name) if result is None else result
+
+    def missing(self, name: str) -> dict:
+        """Why a part has no result: {"error": ...} or {"skipped": ...}."""
+        if name in self.skipped:
+            return {"skipped": self.skipped[name]}
+        return {"error": self.errors[name]["error"]}
 
 
 def measure_device(device: str, *, log=say, **overrides) -> tuple[dict, dict]:
     """Every part on `device`; returns the report and the settings that describe it.
     `overrides`: smoke_sizes' (reduced sizes in the tests)."""
     sizes = smoke_sizes(device, **overrides)
-    parts = Parts(device, log)
+    parts = Parts(device, log, sizes.budget_s)
+    # In order of what the check is for, so that the budget skips the last: the smoke
+    # gates, the copy figures of Table 1's device row, the paper-shaped models, then the
+    # other families.
     with tempfile.TemporaryDirectory(prefix="moecache-gpu-check-") as folder:
         model, ids = smoke_model_saved(sizes, Path(folder) / "model")
         smoke = {
             dtype: dtype_part(parts, Path(folder) / "model", dtype, sizes, ids)
             for dtype in sizes.dtypes
         }
+        smoke_bandwidth = bandwidth_part(parts, model, sizes)
+        del model
+        paper_bandwidth = parts.step(
+            "paper layer", lambda: paper_layer_part(sizes, device), ESTIMATE_S["paper layer"]
+        )
+        if paper_bandwidth is not None:
+            log(bandwidth_line("paper layer", paper_bandwidth))
+        paper_models = {
+            name: paper_model_part(parts, name, m, sizes) for name, m in sizes.paper_models.items()
+        }
         families = {
             family: family_part(parts, Path(folder) / family, family, sizes, ids[:FAMILY_SEQUENCES])
             for family in sizes.families
         }
-    smoke_bandwidth = bandwidth_part(parts, model, sizes)
-    del model
-    paper_bandwidth = parts.step("paper layer", lambda: paper_layer_part(sizes, device))
-    if paper_bandwidth is not None:
-        log(bandwidth_line("paper layer", paper_bandwidth))
     report = assemble(device, smoke, smoke_bandwidth, paper_bandwidth, parts)
+    report["paper_models"] = paper_models
     report["families"] = {
         f: {d: gates_of for d, (gates_of, _) in r.items()} for f, r in families.items()
     }
     return report, settings_of(sizes)
+
+
+def paper_model_part(parts: Parts, name: str, model, sizes: Sizes) -> dict:
+    """A paper-shaped model through the real loading, gates and decode (paper_check.py),
+    each stage a part of its own (one that raises is recorded and fails the check); the
+    budget asks for the whole model's estimate before it is written."""
+    return parts.recorded(
+        f"paper {name}",
+        lambda: paper_check.measure(
+            name, model, parts.device, sizes.paper_pace, sizes.seed, parts.log, parts.step
+        ),
+        ESTIMATE_S.get(f"paper {name}", ESTIMATE_S["paper olmoe"]),
+    )
 
 
 def smoke_model_saved(sizes: Sizes, saved: Path):
@@ -297,9 +390,10 @@ def smoke_model_saved(sizes: Sizes, saved: Path):
     return model, smoke_sequences(sizes.vocab, sizes.sequences, sizes.tokens, sizes.seed)
 
 
-def dtype_part(parts: Parts, saved: Path, dtype: str, sizes: Sizes, ids, label=None):
+def dtype_part(parts: Parts, saved: Path, dtype: str, sizes: Sizes, ids, label=None, estimate=None):
     """The saved model loaded in `dtype` onto the device as the pipeline loads it: what the
-    device holds while pooled, then the gates. `label`: the parts' names (the dtype)."""
+    device holds while pooled, then the gates. `label`: the parts' names (the dtype);
+    `estimate`: the seconds of all three, checked against the budget before the load."""
     from moecache.model import checkpoint
 
     label, harness = label or dtype, sizes.harness
@@ -309,9 +403,10 @@ def dtype_part(parts: Parts, saved: Path, dtype: str, sizes: Sizes, ids, label=N
             lambda: checkpoint.load(
                 saved, dtype, harness["device"], sizes.arch, sizes.experts_implementation
             ),
+            ESTIMATE_S["gates"] if estimate is None else estimate,
         )
         if model is None:
-            failed = {"error": parts.errors[f"load {label}"]["error"]}
+            failed = parts.missing(f"load {label}")
             return failed, failed
         held = parts.recorded(
             f"memory {label}",
@@ -333,11 +428,17 @@ def dtype_part(parts: Parts, saved: Path, dtype: str, sizes: Sizes, ids, label=N
 
 def family_part(parts: Parts, saved: Path, family: str, sizes: Sizes, ids) -> dict:
     """Another family's tiny model through the same gates, per dtype: {dtype: (gates, memory)}."""
-    parts.step(
-        f"build {family}", lambda: family_model(family, sizes.arch, sizes.vocab, sizes.seed, saved)
+    estimate = ESTIMATE_S["family"]
+    built = parts.step(
+        f"build {family}",
+        lambda: family_model(family, sizes.arch, sizes.vocab, sizes.seed, saved),
+        estimate * len(sizes.dtypes),
     )
+    if built is None:
+        missing = parts.missing(f"build {family}")
+        return {dtype: (missing, missing) for dtype in sizes.dtypes}
     return {
-        dtype: dtype_part(parts, saved, dtype, sizes, ids, f"{family} {dtype}")
+        dtype: dtype_part(parts, saved, dtype, sizes, ids, f"{family} {dtype}", estimate)
         for dtype in sizes.dtypes
     }
 
@@ -351,6 +452,7 @@ def bandwidth_part(parts: Parts, model, sizes: Sizes) -> dict | None:
         lambda: bandwidth.measure(
             experts, parts.device, list(sizes.multipliers), sizes.ring_mib, sizes.rounds
         ),
+        ESTIMATE_S["bandwidth"],
     )
     if measured is not None:
         parts.log(bandwidth_line("smoke experts", measured))
@@ -371,6 +473,7 @@ def assemble(device, smoke: dict, smoke_bandwidth, paper_bandwidth, parts: Parts
         "bandwidth": smoke_bandwidth,
         "paper_layer": paper_bandwidth,
         "errors": parts.errors,
+        "skipped": parts.skipped,
         "seconds": time.perf_counter() - parts.started,
     }
     if paper_bandwidth is not None:
@@ -463,6 +566,8 @@ def summary(report: dict) -> list[str]:
     for dtype, r in report["gates"].items():
         if "error" in r:
             lines.append(f"gates {dtype}: raised {r['error']}")
+        elif "skipped" in r:
+            lines.append(f"gates {dtype}: {r['skipped']}")
         else:
             lines.extend(f"gates {dtype}: {failure}" for failure in r["failures"])
             lines.append(f"gates {dtype}: {'passed' if r['passed'] else 'FAILED'}")
@@ -472,4 +577,11 @@ def summary(report: dict) -> list[str]:
             f"{report['loop_gib_per_s']:.2f} GiB/s, one large copy "
             f"{report['large_gib_per_s']:.2f} GiB/s"
         )
+    for name, result in report.get("paper_models", {}).items():
+        for job, held in result.get("memory", {}).items():
+            lines.append(paper_check.memory_line(f"paper {name} {job}", held).strip())
+        lines += [
+            f"paper {name} {line}" for line in paper_check.overlap_lines(result.get("overlap", {}))
+        ]
+    lines += [f"{name}: {why}" for name, why in report.get("skipped", {}).items()]
     return lines

@@ -49,7 +49,7 @@ def to_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     amax = groups.abs().amax(dim=-1).clamp(min=2.0**-126)
     exponent = (torch.floor(torch.log2(amax)) - 2).clamp(-E8M0_BIAS, E8M0_BIAS)
     scaled = groups / torch.exp2(exponent).unsqueeze(-1)
-    magnitudes = torch.tensor(FP4_VALUES[:8])
+    magnitudes = torch.tensor(FP4_VALUES[:8], device=weight.device)
     codes = (scaled.abs().unsqueeze(-1) - magnitudes).abs().argmin(dim=-1)
     codes = codes | ((scaled < 0).to(torch.int64) << 3)
     blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
@@ -57,12 +57,15 @@ def to_mxfp4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def mxfp4_tensors(tensors: dict) -> dict:
-    """GPT-OSS's fused experts [E, in, out] replaced by their MXFP4 blocks and scales."""
+    """GPT-OSS's fused experts [E, in, out] replaced by their MXFP4 blocks and scales, one
+    expert at a time (a paper-sized layer at once would take tens of GB of temporaries),
+    each where it lies."""
     out = {}
     for name, tensor in tensors.items():
         if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
-            blocks, scales = to_mxfp4(tensor.transpose(-1, -2))
-            out[f"{name}_blocks"], out[f"{name}_scales"] = blocks, scales
+            quantized = [to_mxfp4(expert.transpose(-1, -2)) for expert in tensor]
+            out[f"{name}_blocks"] = torch.stack([blocks for blocks, _ in quantized])
+            out[f"{name}_scales"] = torch.stack([scales for _, scales in quantized])
         else:
             out[name] = tensor
     return out
@@ -87,16 +90,19 @@ def fp8_tensors(tensors: dict) -> dict:
 WRITERS = {"mxfp4": (mxfp4_tensors, MXFP4_CONFIG), "fp8": (fp8_tensors, FP8_CONFIG)}
 
 
-def save(model, folder: str | Path, method: str) -> Path:
+def save(model, folder: str | Path, method: str, device="cpu") -> Path:
     """`model` (a tiny model) written to `folder` with its experts stored in `method`'s
-    format ("mxfp4" for GPT-OSS, "fp8" for DeepSeek and Qwen), as the hub ships them."""
+    format ("mxfp4" for GPT-OSS, "fp8" for DeepSeek and Qwen), as the hub ships them;
+    `device`: where the weights are quantized (a GPU quantizes a paper-sized layer in
+    milliseconds, a CPU in minutes)."""
     from safetensors.torch import load_file, save_file
 
     folder = Path(folder)
-    model.save_pretrained(folder)
+    model.save_pretrained(folder)  # one file: transformers shards at 50 GB
     rewrite, quantization = WRITERS[method]
-    weights = folder / "model.safetensors"  # tiny: one file
-    save_file(rewrite(load_file(weights)), weights, metadata={"format": "pt"})
+    weights = folder / "model.safetensors"
+    stored = {k: v.cpu() for k, v in rewrite(load_file(weights, device=str(device))).items()}
+    save_file(stored, weights, metadata={"format": "pt"})
     config = json.loads((folder / "config.json").read_text())
     config["quantization_config"] = quantization
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
