@@ -569,6 +569,15 @@ def scaled_multipliers(settings: dict) -> str:
     return ", ".join(str(m) for m in sorted(found - {1})) or "none"
 
 
+def none_fits(smallest: dict, gib: float) -> str:
+    """Why no C fits a card: one run at C = top_k already needs more (no study can fit),
+    else the study's jobs at C = top_k do."""
+    k, run = smallest["capacity"], device_peak(smallest)
+    if run > gib * GIB:
+        return f"none (one run at C = {k} needs {run / GIB:.2f})"
+    return f"none (the jobs at C = {k} need {jobs_peak(smallest) / GIB:.2f})"
+
+
 def cards_table(configs, gibs=()) -> str:
     """Markdown: per config and card, C chosen by the study's jobs with every MoE layer
     offloaded (largest_capacity's "jobs" figure), the multipliers its scaled runs decode
@@ -590,9 +599,7 @@ def cards_table(configs, gibs=()) -> str:
         try:
             found = largest_capacity(settings, gib, figure="jobs")
         except TooSmall as small:
-            need = jobs_peak(small.smallest) / GIB
-            k = small.smallest["capacity"]
-            rows.append([shown(path.resolve()), f"{gib:g}", f"none (C = {k} needs {need:.2f})"])
+            rows.append([shown(path.resolve()), f"{gib:g}", none_fits(small.smallest, gib)])
             continue
         chosen, nxt = found["chosen"], found["next"]
         jobs = chosen["job_device_peak_bytes"]
