@@ -134,4 +134,9 @@ def test_the_card_configs_build_their_dag(tmp_path):
         results = list(pool.map(dry_run, CARDS))
     for path, result in zip(CARDS, results, strict=True):
         assert result.returncode == 0, f"{path.name}:\n{result.stdout}\n{result.stderr}"
-        assert "Job stats:" in result.stdout and "decode" in result.stdout, path.name
+        table = result.stdout.split("Job stats:")[1].split("total")[0]
+        jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
+        settings = configs.load(path)
+        # Both shards decoded, one job each; the router tuning only where its card holds it.
+        assert jobs["decode"] == 2 and "train" not in jobs, path.name
+        assert ("router_train" in jobs) == ("router_tuning" in settings), path.name
