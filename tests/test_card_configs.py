@@ -99,6 +99,11 @@ def test_plan_jobs_prints_the_card_and_its_jobs(tmp_path):
     assert bare.stderr.strip() == (
         "moecache: error: --jobs: give --gpu-gib G, the GPU it plans for (or harness.device_gib)"
     )
+    sizes = moecache("plan-table", "--configfile", str(path))
+    assert sizes.returncode == 2 and sizes.stdout == ""
+    assert sizes.stderr.strip() == (
+        "moecache: error: --gpu-gib: give the GPU sizes (or --jobs, each config's card)"
+    )
 
 
 def test_a_card_too_small_for_one_run_is_one_row():
