@@ -3,7 +3,10 @@
 
 Sizes come from plan.plan, the function the jobs use, with the config's restricted layers
 set to every MoE layer of the adapter and its capacity to each C tried: bytes grow with C,
-so C is found by bisection over top_k..N. The speed is equation (1),
+so C is found by bisection over top_k..N. With `--jobs` C is chosen by the study's jobs
+instead (plan.job_peaks on a card of G GiB: the gates and decode jobs, the all-resident
+reference where it fits, scaled runs, rings), below N as a config's C must be: the card
+configs of config/cards/ hold it. The speed is equation (1),
 
     ms/token = c + rho * tau,
 
