@@ -272,12 +272,12 @@ def test_a_checkpoint_folder_offloads_its_moe_layers_only(tmp_path):
     }
     folder = str(tmp_path / "ckpt")
     tiny.config("qwen3_moe", arch, 128).save_pretrained(folder)
-    settings = {
-        "model": {"source": "elsewhere", "family": "qwen3_moe", "dtype": "float32"},
-        "harness": {"restricted_layers": [1], "capacity": 8},
-        "corpus": {"heldout": {"max_tokens": 16}},
-    }
+    # The embedded default's harness and corpus (its jobs' peaks are sized too), this model.
+    settings = configs.load(REPO / "config" / "config.yaml")
+    settings["model"] = {"source": "elsewhere", "family": "qwen3_moe", "dtype": "float32"}
     settings["model"]["architecture"] = arch
+    settings["harness"].update(restricted_layers=[1], capacity=8, runs={"lru": {"policy": "lru"}})
+    settings["corpus"]["heldout"]["max_tokens"] = 16
     at = {c: fit.sized(settings, c, [1, 2], folder) for c in (10, 11)}
     budget = fit.device_peak(at[10]) / GIB
     found = fit.answer(settings, budget, source=folder)

@@ -9,7 +9,7 @@ from moecache.atomic import write_json
 from moecache.command import add, load_settings, with_settings
 from moecache.errors import MoecacheError
 
-FIT_ONLY = ("host_gib", "bandwidth", "link_gbs", "compute_ms", "compute_from", "trace")
+FIT_ONLY = ("host_gib", "bandwidth", "link_gbs", "compute_ms", "compute_from", "trace", "jobs")
 
 
 def cmd_plan(args):
@@ -18,12 +18,18 @@ def cmd_plan(args):
     if args.configfile:
         args.config = args.configfile
     settings = load_settings(args, ("model", "harness", "corpus"))
+    if args.jobs and args.gpu_gib is None:  # the card the config is made for
+        args.gpu_gib = settings["harness"].get("device_gib")
     if args.gpu_gib is not None:
         return plan_fit(args, settings)
-    given = [name for name in FIT_ONLY if getattr(args, name) is not None]
+    given = [name for name in FIT_ONLY if getattr(args, name) not in (None, False)]
     if given:
         flag = "--" + given[0].replace("_", "-")
-        raise MoecacheError(f"{flag}: give --gpu-gib G, the GPU it plans for")
+        raise MoecacheError(
+            f"{flag}: give --gpu-gib G, the GPU it plans for (or harness.device_gib)"
+            if flag == "--jobs"
+            else f"{flag}: give --gpu-gib G, the GPU it plans for"
+        )
     report = plan.plan(settings, source=args.model, tokens=args.tokens)
     print(json.dumps(report, indent=1) if args.json else "\n".join(plan.lines(report)))
     if args.out:
@@ -49,6 +55,7 @@ def plan_fit(args, settings):
         link_gbs=args.link_gbs,
         compute=compute,
         trace=args.trace,
+        figure="jobs" if args.jobs else "run",
     )
     print(json.dumps(answer, indent=1) if args.json else "\n".join(fit.lines(answer)))
     if args.out:
@@ -58,6 +65,13 @@ def plan_fit(args, settings):
 def cmd_plan_table(args):
     from moecache.model import fit
 
+    if args.jobs:
+        if args.bandwidth is not None:
+            raise MoecacheError("--bandwidth: the --jobs table predicts no ms/token")
+        print(fit.cards_table(args.configfile, args.gpu_gib or ()))
+        return
+    if not args.gpu_gib:
+        raise MoecacheError("--gpu-gib: give the GPU sizes (or --jobs, each config's card)")
     print(fit.table(args.configfile, args.gpu_gib, args.bandwidth))
 
 
@@ -94,6 +108,12 @@ def register(sub) -> None:
         help="the GPU memory, GiB: the largest C per layer with every MoE layer offloaded",
     )
     p.add_argument("--host-gib", type=float, help="the host memory, GiB, the pinned experts need")
+    p.add_argument(
+        "--jobs",
+        action="store_true",
+        help="choose C by the study's jobs' device peak on a card of --gpu-gib (harness.device_gib "
+        "set to it), not by one run's",
+    )
     tau = p.add_mutually_exclusive_group()
     tau.add_argument("--bandwidth", type=Path, help="tau from a measured bandwidth file")
     tau.add_argument("--link-gbs", type=float, help="tau from a stated link, GiB/s")
@@ -111,8 +131,19 @@ def register(sub) -> None:
         "docs/plan.md's table: plan --gpu-gib over configs and GPU sizes, as Markdown",
     )
     p.add_argument("--configfile", nargs="+", required=True, help="config files (YAML)")
-    p.add_argument("--gpu-gib", nargs="+", type=float, required=True, help="GPU sizes, GiB")
+    p.add_argument(
+        "--gpu-gib",
+        nargs="+",
+        type=float,
+        help="GPU sizes, GiB (with --jobs: for the configs without harness.device_gib)",
+    )
     p.add_argument("--bandwidth", type=Path, help="tau from a measured bandwidth file")
+    p.add_argument(
+        "--jobs",
+        action="store_true",
+        help="the card configs' table: C chosen by the study's jobs, each config on its own "
+        "harness.device_gib",
+    )
 
     p = with_settings(add(sub, "train", cmd_train, "train the embedded tiny OLMoE"))
     p.add_argument("--tokenizer", required=True)

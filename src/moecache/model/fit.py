@@ -3,7 +3,10 @@
 
 Sizes come from plan.plan, the function the jobs use, with the config's restricted layers
 set to every MoE layer of the adapter and its capacity to each C tried: bytes grow with C,
-so C is found by bisection over top_k..N. The speed is equation (1),
+so C is found by bisection over top_k..N. With `--jobs` C is chosen by the study's jobs
+instead (plan.job_peaks on a card of G GiB: the gates and decode jobs, the all-resident
+reference where it fits, scaled runs, rings), below N as a config's C must be: the card
+configs of config/cards/ hold it. The speed is equation (1),
 
     ms/token = c + rho * tau,
 
@@ -18,8 +21,10 @@ layer's copies is equation (1).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
+import io
 from pathlib import Path
 
 import numpy as np
@@ -46,11 +51,22 @@ def sizes(settings: dict, source=None):
 
 
 def sized(settings: dict, capacity: int, layers, source=None, tokens=None) -> dict:
-    """plan.plan at `capacity` with `layers` offloaded (the settings left untouched)."""
+    """plan.plan at `capacity` with `layers` offloaded (the settings left untouched; the
+    decode plan's line that the all-resident reference is left out, said once per size
+    tried, is left to the report's `reference_kept`)."""
     settings = copy.deepcopy(settings)
     settings["harness"]["restricted_layers"] = list(layers)
     settings["harness"]["capacity"] = capacity
-    return plan.plan(settings, source=source, tokens=tokens)
+    with contextlib.redirect_stderr(io.StringIO()):
+        return plan.plan(settings, source=source, tokens=tokens)
+
+
+def on_card(settings: dict, gpu_gib: float) -> dict:
+    """The settings with harness.device_gib set to the card's: its jobs leave out the
+    all-resident reference where it does not fit (plan.reference_left_out)."""
+    settings = copy.deepcopy(settings)
+    settings["harness"]["device_gib"] = gpu_gib
+    return settings
 
 
 def device_peak(report: dict) -> int:
@@ -59,6 +75,18 @@ def device_peak(report: dict) -> int:
     own jobs hold more beside it (the all-resident reference, scaled runs' twins, the slower
     link's ring: plan's device_peak_bytes, reported as the config's own run)."""
     return report["device_bytes"]
+
+
+def jobs_peak(report: dict) -> int:
+    """What the study's jobs hold on the device at their peak, as the accountant counts
+    them (plan.job_peaks: the gates job and the decode job, the all-resident reference
+    where harness.device_gib keeps it, the scaled runs' twins and multipliers in lockstep,
+    the slower link's rings)."""
+    return report["device_peak_bytes"]
+
+
+# What C is chosen by: one run decoding at C (as a server would), or the study's jobs.
+FIGURES = {"run": device_peak, "jobs": jobs_peak}
 
 
 def host_peak(report: dict) -> int:
@@ -75,10 +103,16 @@ class TooSmall(MoecacheError):
         self.smallest = smallest
 
 
-def largest_capacity(settings: dict, gpu_gib: float, source=None, tokens=None) -> dict:
-    """The plan at the largest C (top_k <= C <= N) whose device peak fits `gpu_gib` with
-    every MoE layer offloaded, and at C + 1 (None at C = N); one line when even C = top_k
-    does not fit."""
+def largest_capacity(
+    settings: dict, gpu_gib: float, source=None, tokens=None, figure: str = "run"
+) -> dict:
+    """The plan at the largest C (top_k <= C <= N) whose `figure` (FIGURES: one run's
+    device peak, or the study's jobs' on a card of `gpu_gib`, harness.device_gib set to
+    it) fits `gpu_gib` with every MoE layer offloaded, and at C + 1 (None at C = N, for
+    the jobs at C = N - 1); one line when even C = top_k does not fit."""
+    peak = FIGURES[figure]
+    if figure == "jobs":
+        settings = on_card(settings, gpu_gib)
     shape = sizes(settings, source)
     layers, top_k, experts = shape.moe_layers, shape.num_experts_per_tok, shape.num_experts
     budget = gpu_gib * GIB
@@ -87,20 +121,24 @@ def largest_capacity(settings: dict, gpu_gib: float, source=None, tokens=None) -
         return sized(settings, c, layers, source, tokens)
 
     smallest = at(top_k)
-    if device_peak(smallest) > budget:
+    if peak(smallest) > budget:
+        what = "the study's jobs need" if figure == "jobs" else "needs"
         raise TooSmall(
             f"--gpu-gib {gpu_gib:g}: even C = top_k = {top_k} with all {len(layers)} MoE "
-            f"layers offloaded needs {device_peak(smallest) / GIB:.3f} GiB on the device",
+            f"layers offloaded {what} {peak(smallest) / GIB:.3f} GiB on the device",
             smallest,
         )
-    fits, over = top_k, experts + 1  # fits(fits) holds; over is the first known not to
+    # A study's C stays below N (config.py: at C = N nothing is offloaded, nothing to
+    # study); one run may hold every expert.
+    most = experts - 1 if figure == "jobs" else experts
+    fits, over = top_k, most + 1  # fits(fits) holds; over is the first known not to
     while over - fits > 1:
         middle = (fits + over) // 2
-        if device_peak(at(middle)) <= budget:
+        if peak(at(middle)) <= budget:
             fits = middle
         else:
             over = middle
-    return {"chosen": at(fits), "next": at(fits + 1) if fits < experts else None}
+    return {"chosen": at(fits), "next": at(fits + 1) if fits < most else None}
 
 
 # --- tau ----------------------------------------------------------------------------------
@@ -326,19 +364,21 @@ def answer(
     link_gbs=None,
     compute: dict | None = None,
     trace=None,
+    figure: str = "run",
 ) -> dict:
     """The whole answer as data; nothing is read but configs and the files named. `trace`:
-    replayed for rho (None: the embedded trace's share); `config_run`: the config's own run
-    (its C on its layers) with its verdict."""
+    replayed for rho (None: the embedded trace's share); `figure`: what C is chosen by
+    (FIGURES); `config_run`: the config's own run (its C on its layers) with its verdict."""
     if trace is not None:
         from moecache.replay import tracefile
 
         tracefile.header(trace)  # a missing or non-Parquet file: refused before sizing
     tau(1, bandwidth, link_gbs)  # a bad bandwidth file or link: refused before sizing
     own = plan.plan(settings, gpu_gib, source, tokens)
-    found = largest_capacity(settings, gpu_gib, source, tokens)
+    found = largest_capacity(settings, gpu_gib, source, tokens, figure)
     chosen, nxt = found["chosen"], found["next"]
-    host = host_peak(chosen)
+    peak = FIGURES[figure]
+    host = host_peak(chosen) if figure == "run" else chosen["host_peak_bytes"]
     if host_gib is not None and host > host_gib * GIB:
         raise MoecacheError(
             f"--host-gib {host_gib:g}: the offloaded experts need {host / GIB:.3f} GiB of "
@@ -362,9 +402,10 @@ def answer(
         "top_k": k,
         "offloaded_layers": chosen["offloaded_layers"],
         "expert_bytes": chosen["expert_bytes"],
-        "device_peak_bytes": device_peak(chosen),
+        "chosen_by": figure,
+        "device_peak_bytes": peak(chosen),
         "host_peak_bytes": host,
-        "next_device_peak_bytes": device_peak(nxt) if nxt else None,
+        "next_device_peak_bytes": peak(nxt) if nxt else None,
         "plan": chosen,
         "tau": copy,
         "compute": compute,
@@ -372,6 +413,22 @@ def answer(
         "predicted": predictions(rho["per_token"], copy, compute),
         "config_run": own,
     }
+
+
+RING_SAID = ", with the slower link's host ring where a scaled run makes one)"
+
+
+def jobs_said(fit: dict) -> str:
+    """With C chosen by the study's jobs: each job's peak and whether the all-resident
+    reference is kept."""
+    if fit.get("chosen_by") != "jobs":
+        return ""
+    chosen = fit["plan"]
+    jobs = ", ".join(
+        f"{job} {b / GIB:.3f} GiB" for job, b in chosen["job_device_peak_bytes"].items()
+    )
+    kept = "kept" if chosen["reference_kept"] else "left out"
+    return f" for the study's jobs ({jobs}; the all-resident reference {kept})"
 
 
 def lines(fit: dict) -> list[str]:
@@ -385,13 +442,16 @@ def lines(fit: dict) -> list[str]:
         f"top-{fit['top_k']})",
         f"  C = {fit['capacity']} experts per layer (one expert "
         f"{fit['expert_bytes'] / 2**20:.2f} MiB)",
-        f"  device peak: {gib(fit['device_peak_bytes'])}"
+        f"  device peak: {gib(fit['device_peak_bytes'])}{jobs_said(fit)}"
         + (
             f" (C = {fit['capacity'] + 1} would need {gib(nxt)})"
             if nxt
             else " (every expert resident)"
+            if fit["capacity"] == fit["num_experts"]
+            else " (the most a study holds: at C = N nothing is offloaded)"
         ),
-        f"  host peak: {gib(fit['host_peak_bytes'])} (the offloaded experts, pinned)"
+        f"  host peak: {gib(fit['host_peak_bytes'])} (the offloaded experts, pinned"
+        + (RING_SAID if fit.get("chosen_by") == "jobs" else ")")
         + (f", of {fit['host_gib']:g} GiB" if fit["host_gib"] is not None else ""),
         f"  rho from {fit['rho_source']}",
     ]
@@ -480,6 +540,85 @@ def table(configs, gibs, bandwidth=None) -> str:
             if bandwidth is not None:
                 row.append(f"{lru['copy_ms']:.2f}")
             rows.append(row)
+    width = len(head)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
+    for row in rows:
+        lines.append("| " + " | ".join(row + [""] * (width - len(row))) + " |")
+    return "\n".join(lines)
+
+
+# --- the card configs' table (docs/plan.md) -------------------------------------------------
+
+
+def cards(configs, gibs=()) -> list[tuple[Path, dict, float]]:
+    """(path, settings, card GiB) per config and card: a config's own harness.device_gib
+    where it sets one, else each of `gibs`."""
+    from moecache import config as configs_module
+
+    out = []
+    for path in configs:
+        settings = configs_module.load(path)
+        own = settings["harness"].get("device_gib")
+        for gib in [own] if own is not None else gibs:
+            out.append((Path(path), settings, gib))
+    if not out:
+        raise MoecacheError("--jobs: no card: give --gpu-gib G or configs with harness.device_gib")
+    return out
+
+
+def scaled_multipliers(settings: dict) -> str:
+    """The copy multipliers above 1 that the config's runs decode at, or "none"."""
+    found = {m for run in settings["harness"]["runs"].values() for m in run.get("multipliers", [1])}
+    return ", ".join(str(m) for m in sorted(found - {1})) or "none"
+
+
+def none_fits(smallest: dict, gib: float) -> str:
+    """Why no C fits a card: one run at C = top_k already needs more (no study can fit),
+    else the study's jobs at C = top_k do."""
+    k, run = smallest["capacity"], device_peak(smallest)
+    if run > gib * GIB:
+        return f"none (one run at C = {k} needs {run / GIB:.2f})"
+    return f"none (the jobs at C = {k} need {jobs_peak(smallest) / GIB:.2f})"
+
+
+def cards_table(configs, gibs=()) -> str:
+    """Markdown: per config and card, C chosen by the study's jobs with every MoE layer
+    offloaded (largest_capacity's "jobs" figure), the multipliers its scaled runs decode
+    at, whether the all-resident reference is kept, each job's device peak, what C + 1
+    would need and what one run at C holds."""
+    head = [
+        "config",
+        "card GiB",
+        "C / N",
+        "scaled runs at",
+        "reference",
+        "gates GiB",
+        "decode GiB",
+        "C + 1 needs GiB",
+        "one run at C GiB",
+    ]
+    rows = []
+    for path, settings, gib in cards(configs, gibs):
+        try:
+            found = largest_capacity(settings, gib, figure="jobs")
+        except TooSmall as small:
+            rows.append([shown(path.resolve()), f"{gib:g}", none_fits(small.smallest, gib)])
+            continue
+        chosen, nxt = found["chosen"], found["next"]
+        jobs = chosen["job_device_peak_bytes"]
+        rows.append(
+            [
+                shown(path.resolve()),
+                f"{gib:g}",
+                f"{chosen['capacity']} / {chosen['num_experts']}",
+                scaled_multipliers(settings),
+                "kept" if chosen["reference_kept"] else "left out",
+                f"{jobs['gates'] / GIB:.2f}",
+                f"{jobs['decode'] / GIB:.2f}",
+                f"{jobs_peak(nxt) / GIB:.2f}" if nxt else "-",
+                f"{device_peak(chosen) / GIB:.2f}",
+            ]
+        )
     width = len(head)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
     for row in rows:
