@@ -117,22 +117,23 @@ def test_megatron(tmp_path):
     assert same(got, expected(requests, ["rank0", "rank1"]))
 
 
-def policylang_lines(requests: np.ndarray) -> list[dict]:
+def policylang_lines(requests: np.ndarray, experts: int = EXPERTS) -> list[dict]:
     """moe-policylang's TraceRecording.save_jsonl: a header, then per prompt, per layer
     hook call, its tokens ({"p", "t", "l", "e", "s"})."""
+    prompts, tokens, layers, k = requests.shape
     header = {
         "model_name": "m",
-        "num_layers": LAYERS,
-        "num_experts": EXPERTS,
-        "top_k": K,
-        "num_entries": requests.size // K,
+        "num_layers": layers,
+        "num_experts": experts,
+        "top_k": k,
+        "num_entries": prompts * tokens * layers,
         "records_full_softmax": False,
     }
     rows = [
         {"p": p, "t": t, "l": layer, "e": requests[p, t, layer].tolist(), "s": [0.6, 0.4]}
-        for p in range(len(requests))
-        for layer in range(LAYERS)
-        for t in range(TOKENS)
+        for p in range(prompts)
+        for layer in range(layers)
+        for t in range(tokens)
     ]
     return [header, *rows]
 

@@ -45,7 +45,7 @@ def replayed_batched(shard=None):
     """The batched replay of the first trace shard (or `shard`) at every B of
     replay.batch_sizes, in harness.batched's batching modes, without prefill (the
     harness reports the prefill's copies; `moecache replay --prefill` replays them)."""
-    batching = config["harness"].get("batched", {}).get("batching", ["static"])
+    batching = config.get("harness", {}).get("batched", {}).get("batching", ["static"])
     shapes = batch_shapes(
         config["replay"].get("batch_sizes", []), {"batching": batching}
     )
