@@ -161,7 +161,10 @@ def cmd_benchmark_replay(args):
         demand, sources = read_demand(args)[0], [args.trace]
     else:
         demand, sources = benchmark.paper_scale(bench, settings["seed"]), []
-    report = benchmark.run(demand, bench["capacity"], bench["rounds"], settings["seed"])
+    rounds = args.rounds or bench["rounds"]
+    if rounds < 1:
+        raise MoecacheError(f"--rounds {rounds}: must be at least 1")
+    report = benchmark.run(demand, bench["capacity"], rounds, settings["seed"])
     lines = [
         f"{report['requests']:,} requests in {report['streams']} streams; the LP on all "
         f"streams {report['lp']['lp_seconds']:.2f} s"
@@ -189,6 +192,8 @@ def cmd_benchmark_per_request(args):
     bench = settings["replay"]["benchmark"]
     demand = benchmark.paper_scale(bench, settings["seed"])
     rounds = args.rounds or bench["rounds"]
+    if rounds < 1:
+        raise MoecacheError(f"--rounds {rounds}: must be at least 1")
     report = peers.run(demand, bench["capacity"], rounds, settings["seed"])
     lines = [
         f"{report['requests']:,} requests in {report['streams']} streams, one at a time, "
@@ -320,6 +325,7 @@ def register(sub) -> None:
     )
     p.add_argument("--trace", type=Path, help="time this harness trace instead")
     p.add_argument("--experts", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--rounds", type=int, help="timed rounds (default: the config's)")
     p = results(
         with_settings(
             add(

@@ -20,6 +20,8 @@ from moecache.policies.farthest_future import FarthestFuture
 from moecache.policies.kernels import cache_folder  # noqa: F401  (sets numba's cache folder)
 from moecache.policies.lru import LRU
 
+RULES = ("lru", "farthest-future")  # the rules compiled here, when given no parameters
+
 
 def fast_rule(policy) -> str | None:
     """'lru' or 'farthest-future' when `policy` is one of the plain rules compiled here."""
