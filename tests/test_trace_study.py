@@ -113,6 +113,7 @@ def test_a_trace_study_runs_all_without_a_model(tmp_path):
     for name in ("table_eviction.md", "table_bounds.md", "fig2.pdf", "table_batching.md"):
         assert (tmp_path / "figures" / name).stat().st_size > 0, name
     assert (tmp_path / "results/replay/trace/batched/b2-static-p0.json").exists()
+    assert (tmp_path / "results/replay/trace/c8/per-request.json").exists()
     claims = (tmp_path / "figures/claims.csv").read_text()
     assert "results/replay/trace/bound.json" in claims  # the replay claims read this trace
     for stage in ("model", "runs", "learned", "controller", "router_tuning", "accuracy"):

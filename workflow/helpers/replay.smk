@@ -27,12 +27,12 @@ def replayed_all(name, shards=None):
 
 
 def replay_outputs():
-    """Replay, bounds and foresight on every shard the trace run decodes, at every replayed
-    capacity; the sweep and the benchmark once."""
+    """Replay (per token and per request), bounds and foresight on every shard the trace
+    run decodes, at every replayed capacity; the sweep and the benchmark once."""
     return [
         *(
             path
-            for name in ("replay", "bound", "foresight")
+            for name in ("replay", "per-request", "bound", "foresight")
             for path in replayed_all(name)
         ),
         *replayed_batched(),
