@@ -97,8 +97,8 @@ def speed(rule: str, requests: int, ours: list, theirs: list, first: float, seed
     policy = POLICIES[rule]
     compiled = rule in fast.RULES or issubclass(policy, CompiledEventPolicy)
     replay = {
-        "engine": "numba" if compiled else "numpy",
-        "vectorised": not compiled and not issubclass(policy, EventPolicy),
+        "engine": "numba" if compiled else "numpy",  # LRU and farthest-future: replay.fast
+        "vectorised": not issubclass(policy, EventPolicy),  # a ranking rule, any engine
         "rounds": len(ours),
         "first_seconds": first,  # the untimed first run, compilation included
         "best_seconds": min(ours),
