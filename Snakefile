@@ -17,16 +17,24 @@ if not config:
 report: "workflow/report/workflow.rst"
 
 
-include: "workflow/rules/common.smk"
-include: "workflow/rules/data.smk"
-include: "workflow/rules/model.smk"
-include: "workflow/rules/harness.smk"
-include: "workflow/rules/replay.smk"
-include: "workflow/rules/learned.smk"
-include: "workflow/rules/router_tuning.smk"
-include: "workflow/rules/controller.smk"
-include: "workflow/rules/accuracy.smk"
-include: "workflow/rules/report.smk"
+# A study from a routing trace alone (`trace: PATH`, config/trace.yaml): the replay stage and
+# the tables it feeds, no model (workflow/trace_study.smk).
+if "trace" in config:
+
+    include: "workflow/trace_study.smk"
+
+else:
+
+    include: "workflow/rules/common.smk"
+    include: "workflow/rules/data.smk"
+    include: "workflow/rules/model.smk"
+    include: "workflow/rules/harness.smk"
+    include: "workflow/rules/replay.smk"
+    include: "workflow/rules/learned.smk"
+    include: "workflow/rules/router_tuning.smk"
+    include: "workflow/rules/controller.smk"
+    include: "workflow/rules/accuracy.smk"
+    include: "workflow/rules/report.smk"
 
 
 rule all:

@@ -250,9 +250,8 @@ def check_batched(config: dict) -> None:
 
 
 def check_replay(config: dict) -> None:
-    """Sweep shapes the exact search can take; a benchmark pool that can serve a token."""
-    from moecache.replay.optimum import MAX_EXPERTS
-
+    """Held-out sequences a shard has, replay capacities the model allows, and the
+    shapes of check_replay_shapes."""
     replay = config["replay"]
     where = "config key replay"
     sequences = config["corpus"]["heldout"]["sequences"]
@@ -261,6 +260,21 @@ def check_replay(config: dict) -> None:
             f"{where}.heldout_sequences: {replay['heldout_sequences']} is more than the "
             f"{sequences} sequences of a shard"
         )
+    check_replay_shapes(replay)
+    arch = config["model"]["architecture"]
+    for capacity in replay.get("capacities", []):
+        if not arch["num_experts_per_tok"] <= capacity <= arch["num_experts"]:
+            raise ConfigError(
+                f"{where}.capacities: {capacity} needs top-k {arch['num_experts_per_tok']} "
+                f"<= C <= num_experts {arch['num_experts']}"
+            )
+
+
+def check_replay_shapes(replay: dict) -> None:
+    """The sweep's shapes the exact search can take; a benchmark pool that serves a token."""
+    from moecache.replay.optimum import MAX_EXPERTS
+
+    where = "config key replay"
     low, high = replay["optimum"]["tokens"]
     if low > high:
         raise ConfigError(f"{where}.optimum.tokens: min {low} is above max {high}")
@@ -269,13 +283,6 @@ def check_replay(config: dict) -> None:
             raise ConfigError(
                 f"{where}.optimum.shapes: [{experts}, {capacity}, {top_k}] needs "
                 f"k <= C <= N <= {MAX_EXPERTS}"
-            )
-    arch = config["model"]["architecture"]
-    for capacity in replay.get("capacities", []):
-        if not arch["num_experts_per_tok"] <= capacity <= arch["num_experts"]:
-            raise ConfigError(
-                f"{where}.capacities: {capacity} needs top-k {arch['num_experts_per_tok']} "
-                f"<= C <= num_experts {arch['num_experts']}"
             )
     bench = replay["benchmark"]
     if not bench["top_k"] <= bench["capacity"] <= bench["experts"]:
@@ -313,8 +320,42 @@ def embedded(config: dict) -> bool:
     return config["model"]["source"] == "embedded"
 
 
+# A study from a routing trace alone (config/trace.yaml): what its config holds.
+TRACE_STUDY = ("seed", "trace", "capacity", "replay")
+
+
+def trace_only(config: dict) -> bool:
+    """Whether the config studies a trace alone (`trace: PATH`, no model)."""
+    return "trace" in config
+
+
+def check_trace_study(config: dict) -> None:
+    """Sweep and benchmark shapes that can run; no second copy of the capacity."""
+    check_replay_shapes(config["replay"])
+    for capacity in config["replay"].get("capacities", []):
+        if capacity == config["capacity"]:
+            raise ConfigError(
+                f"config key replay.capacities: {capacity} is the study's capacity already"
+            )
+
+
 def validate(config: dict) -> dict:
+    if trace_only(config):
+        for key in config:  # before the schema, which would ask for the key's own keys
+            if key not in (*TRACE_STUDY, "hub_offline"):
+                raise ConfigError(
+                    f"config key {key}: a study from a trace alone (key trace) holds only "
+                    f"{', '.join(TRACE_STUDY)}"
+                )
+        validate_schema(config, TRACE_STUDY)
+        check_trace_study(config)
+        return config
     validate_schema(config)
+    if "capacity" in config:
+        raise ConfigError(
+            "config key capacity: only a trace study (key trace) has it; the harness's "
+            "pool is harness.capacity"
+        )
     check(config)
     return config
 

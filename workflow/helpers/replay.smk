@@ -27,12 +27,12 @@ def replayed_all(name, shards=None):
 
 
 def replay_outputs():
-    """Replay, bounds and foresight on every shard the trace run decodes, at every replayed
-    capacity; the sweep and the benchmark once."""
+    """Replay (per token and per request), bounds and foresight on every shard the trace
+    run decodes, at every replayed capacity; the sweep and the benchmark once."""
     return [
         *(
             path
-            for name in ("replay", "bound", "foresight")
+            for name in ("replay", "per-request", "bound", "foresight")
             for path in replayed_all(name)
         ),
         *replayed_batched(),
@@ -45,7 +45,7 @@ def replayed_batched(shard=None):
     """The batched replay of the first trace shard (or `shard`) at every B of
     replay.batch_sizes, in harness.batched's batching modes, without prefill (the
     harness reports the prefill's copies; `moecache replay --prefill` replays them)."""
-    batching = config["harness"].get("batched", {}).get("batching", ["static"])
+    batching = config.get("harness", {}).get("batched", {}).get("batching", ["static"])
     shapes = batch_shapes(
         config["replay"].get("batch_sizes", []), {"batching": batching}
     )

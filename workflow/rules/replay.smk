@@ -73,7 +73,29 @@ rule foresight:
         " > {log} 2>&1"
 
 
-# The same three at every other capacity of replay.capacities (the paper's C = N/2), under
+rule replay_per_request:
+    """LRU and farthest-future counted one request at a time, as other simulators count
+    (docs/replay.md, "Per token or per request"), beside replay's per-token counts."""
+    input:
+        trace=TRACE,
+    output:
+        "results/replay/{shard}/per-request.json",
+    log:
+        "logs/replay/{shard}/per-request.log",
+    benchmark:
+        "benchmarks/replay/{shard}/per-request.tsv"
+    wildcard_constraints:
+        shard="[^/]+",
+    conda:
+        CONDA_ENV
+    params:
+        capacity=replay_capacity,
+    shell:
+        "moecache replay --trace {input.trace} --capacity {params.capacity} --per-request"
+        " --rule lru --rule farthest-future --out {output} > {log} 2>&1"
+
+
+# The same four at every other capacity of replay.capacities (the paper's C = N/2), under
 # results/replay/<shard>/c<C>/; the trace run's own C keeps the shard's folder.
 
 
@@ -96,6 +118,18 @@ use rule bound as bound_at_capacity with:
         "logs/replay/{shard}/c{capacity}/bound.log",
     benchmark:
         "benchmarks/replay/{shard}/c{capacity}/bound.tsv"
+    wildcard_constraints:
+        shard="[^/]+",
+        capacity="[0-9]+",
+
+
+use rule replay_per_request as replay_per_request_at_capacity with:
+    output:
+        "results/replay/{shard}/c{capacity}/per-request.json",
+    log:
+        "logs/replay/{shard}/c{capacity}/per-request.log",
+    benchmark:
+        "benchmarks/replay/{shard}/c{capacity}/per-request.tsv"
     wildcard_constraints:
         shard="[^/]+",
         capacity="[0-9]+",

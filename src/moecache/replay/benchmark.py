@@ -1,10 +1,11 @@
 """Replay speed beside libCacheSim's on a paper-scale trace.
 
 Ours replays with per-token semantics (a token's experts arrive together and none of them
-may be evicted for another); libCacheSim replays the same demand flattened to single
-requests, its native model. Rounds interleave the two so that machine noise hits both;
-speed is requests per second at each side's median round, and the ratio (libCacheSim's
-seconds over ours, summed over the rounds) comes with a bootstrap interval over rounds.
+may be evicted for another; LRU and farthest-future compiled, moecache.replay.fast);
+libCacheSim replays the same demand flattened to single requests, its native model. Rounds
+interleave the two so that machine noise hits both; speed is requests per second at each
+side's median round, and the ratio (libCacheSim's seconds over ours, summed over the
+rounds) comes with a bootstrap interval over rounds.
 The exact optimum (the LP of moecache.replay.lp) is timed once on all the streams, beside
 its farthest-future scan.
 """
@@ -19,7 +20,7 @@ import numpy as np
 from moecache import intervals
 from moecache.policies import POLICIES, EventPolicy
 from moecache.policies.kernels import CompiledEventPolicy
-from moecache.replay import engine, lp, optimum, reference
+from moecache.replay import engine, fast, lp, optimum, reference
 from moecache.replay.demand import Demand, padded
 
 
@@ -94,9 +95,10 @@ def speed(rule: str, requests: int, ours: list, theirs: list, first: float, seed
     """Rates at the median round; the ratio is libCacheSim's time over ours summed over
     the rounds, with a 95% bootstrap interval over the rounds (pairs of one round)."""
     policy = POLICIES[rule]
+    compiled = rule in fast.RULES or issubclass(policy, CompiledEventPolicy)
     replay = {
-        "engine": "numba" if issubclass(policy, CompiledEventPolicy) else "numpy",
-        "vectorised": not issubclass(policy, EventPolicy),
+        "engine": "numba" if compiled else "numpy",  # LRU and farthest-future: replay.fast
+        "vectorised": not issubclass(policy, EventPolicy),  # a ranking rule, any engine
         "rounds": len(ours),
         "first_seconds": first,  # the untimed first run, compilation included
         "best_seconds": min(ours),

@@ -17,6 +17,7 @@ from moecache.command import (
     with_settings,
 )
 from moecache.errors import MoecacheError
+from moecache.replay import importers
 
 
 def batched(args) -> bool:
@@ -25,8 +26,10 @@ def batched(args) -> bool:
 
 
 def cmd_replay(args):
-    from moecache.replay import batch, engine, stream, tracefile
+    from moecache.replay import batch, engine, flat, stream, tracefile
 
+    if args.per_request and batched(args):
+        raise MoecacheError("--per-request counts one sequence's requests; not with --batch")
     if batched(args):
         demand, source = read_demand(args)
         report = batch.report(
@@ -35,11 +38,12 @@ def cmd_replay(args):
         origin = demand.origin
     elif args.trace and tracefile.header(args.trace) is not None:
         # The trace anyone can write may be a production day: streamed, a batch at a time.
-        report = stream.report(args.trace, args.capacity, args.rule)
+        report = stream.report(args.trace, args.capacity, args.rule, per_request=args.per_request)
         source, origin = args.trace, None
     else:
         demand, source = read_demand(args)
-        report = engine.report(demand, args.capacity, args.rule)
+        count = flat.report if args.per_request else engine.report
+        report = count(demand, args.capacity, args.rule)
         origin = demand.origin
     lines = [f"{'rule':34s} {'fills':>7s} {'steady':>8s} {'per token':>9s} {'gap':>7s}"]
     for rule, r in report["rules"].items():
@@ -157,7 +161,10 @@ def cmd_benchmark_replay(args):
         demand, sources = read_demand(args)[0], [args.trace]
     else:
         demand, sources = benchmark.paper_scale(bench, settings["seed"]), []
-    report = benchmark.run(demand, bench["capacity"], bench["rounds"], settings["seed"])
+    rounds = args.rounds or bench["rounds"]
+    if rounds < 1:
+        raise MoecacheError(f"--rounds {rounds}: must be at least 1")
+    report = benchmark.run(demand, bench["capacity"], rounds, settings["seed"])
     lines = [
         f"{report['requests']:,} requests in {report['streams']} streams; the LP on all "
         f"streams {report['lp']['lp_seconds']:.2f} s"
@@ -177,10 +184,42 @@ def cmd_benchmark_replay(args):
     emit(args, report, lines, sources, provenance.stamp(settings, "cpu"))
 
 
+def cmd_benchmark_per_request(args):
+    from moecache import provenance
+    from moecache.replay import benchmark, peers
+
+    settings = load_settings(args, ("replay",))
+    bench = settings["replay"]["benchmark"]
+    demand = benchmark.paper_scale(bench, settings["seed"])
+    rounds = args.rounds or bench["rounds"]
+    if rounds < 1:
+        raise MoecacheError(f"--rounds {rounds}: must be at least 1")
+    report = peers.run(demand, bench["capacity"], rounds, settings["seed"])
+    lines = [
+        f"{report['requests']:,} requests in {report['streams']} streams, one at a time, "
+        f"C = {report['capacity']}, {rounds} interleaved rounds (s per million requests)"
+    ]
+    for counting, c in report["semantics"].items():
+        lines.append(
+            f"{counting.replace('_', ' ')}: LRU {c['lru']:,}, farthest-future "
+            f"{c['farthest_future']:,} insertions (saving {percent(c['saving'])})"
+        )
+    for rule, r in report["rules"].items():
+        versus = ", ".join(
+            f"{tool} {t['seconds_per_million_requests']:.3f} ({t['speedup']:.1f}x slower, 95% "
+            f"{t['speedup_interval'][0]:.1f}-{t['speedup_interval'][1]:.1f})"
+            for tool, t in r.items()
+            if isinstance(t, dict) and "speedup" in t
+        )
+        ours = r["moecache"]["seconds_per_million_requests"]
+        lines.append(f"{rule} ({r['misses']:,} misses, all equal): moecache {ours:.3f}; {versus}")
+    emit(args, report, lines, [], provenance.stamp(settings, "cpu"))
+
+
 def cmd_trace_convert(args):
     from moecache.replay import convert
 
-    done = convert.convert(args.source, args.out, args.experts, args.group_rows)
+    done = convert.convert(args.source, args.out, args.experts, args.group_rows, args.source_format)
     print(
         f"{args.out}: {done['rows']:,} rows, {done['sequences']:,} sequences, "
         f"top-{done['top_k']} of {done['experts']} experts"
@@ -248,6 +287,12 @@ def register(sub) -> None:
         action="append",
         help="a rule, with parameters as name:key=value,...; repeat for more (default: all)",
     )
+    p.add_argument(
+        "--per-request",
+        action="store_true",
+        help="count each token's k experts as k single requests, as one-request-at-a-time "
+        "simulators do (not what decoding obeys: docs/replay.md)",
+    )
     p = on_batched_demand(
         add(sub, "bound", cmd_bound, "B_flat, the exact B* (LP) and greedy B_greedy")
     )
@@ -280,6 +325,18 @@ def register(sub) -> None:
     )
     p.add_argument("--trace", type=Path, help="time this harness trace instead")
     p.add_argument("--experts", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--rounds", type=int, help="timed rounds (default: the config's)")
+    p = results(
+        with_settings(
+            add(
+                sub,
+                "benchmark-per-request",
+                cmd_benchmark_per_request,
+                "per-request LRU and Belady beside bigrig's and moe-policylang's",
+            )
+        )
+    )
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default: the config's)")
 
 
 def register_scale(sub) -> None:
@@ -307,12 +364,22 @@ def register_scale(sub) -> None:
 def register_trace(sub) -> None:
     trace = sub.add_parser("trace", help="the routing trace format anyone can write")
     verbs = trace.add_subparsers(dest="verb", required=True)
-    p = verbs.add_parser("convert", help="JSON lines (one per layer and token) to a trace")
+    p = verbs.add_parser("convert", help="a routing log (ours or another tool's) to a trace")
     p.set_defaults(func=cmd_trace_convert)
     p.add_argument(
-        "source", type=Path, help='JSON lines: {"sequence", "layer", "token", "experts"}'
+        "source",
+        type=Path,
+        help='the log; by default JSON lines {"sequence", "layer", "token", "experts"}',
     )
-    p.add_argument("--experts", type=int, required=True, help="experts per layer (N)")
+    p.add_argument(
+        "--from",
+        dest="source_format",
+        choices=importers.FORMATS,
+        default="moecache",
+        help="the log's format: ours, vLLM's routed experts, Megatron-LM's router trace, "
+        "moe-policylang's recorder, a NumPy [tokens, layers, k] array (docs/trace-format.md)",
+    )
+    p.add_argument("--experts", type=int, help="experts per layer (N); policylang's header says it")
     p.add_argument("--out", type=Path, required=True, help="the trace to write (Parquet)")
     p.add_argument("--group-rows", type=int, default=1 << 20, help="rows per row group (about)")
     p = verbs.add_parser("dump", help="a trace back as JSON lines, stream after stream")

@@ -22,6 +22,7 @@ from moecache.errors import MoecacheError
 from moecache.policies import EvictionPolicy
 from moecache.policies.kernels import CompiledEventPolicy
 from moecache.policies.pools import Pools
+from moecache.replay import fast
 from moecache.replay.demand import Demand
 
 FIELDS = ("insertions", "fills", "steady", "after_fill")
@@ -83,6 +84,12 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
     """Replay every stream of `demand` under `policy` (whose capacity is the pool's)."""
     capacity = policy.capacity
     demand.check_capacity(capacity)
+    rule = None if keep else fast.fast_rule(policy)
+    if rule:  # LRU or farthest-future, compiled: every stream in one call
+        copies, full = fast.replay(
+            rule, demand.requests, demand.lengths, capacity, demand.num_experts
+        )
+        return tally(copies, full, capacity, demand)
     if isinstance(policy, CompiledEventPolicy) and not keep:  # every stream in one call
         copies, full = policy.replay(demand.requests, demand.lengths)
         return tally(copies, full, capacity, demand)

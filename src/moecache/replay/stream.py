@@ -39,13 +39,28 @@ def batch(held: list, info: dict, path) -> Demand:
     return demand
 
 
-def report(path, capacity: int, rules: list[str] | None = None, tokens: int = BATCH_TOKENS):
-    """engine.report of the whole trace, with a progress bar over its tokens (stderr)."""
+def report(
+    path,
+    capacity: int,
+    rules: list[str] | None = None,
+    tokens: int = BATCH_TOKENS,
+    per_request: bool = False,
+):
+    """engine.report of the whole trace, with a progress bar over its tokens (stderr);
+    with `per_request`, counted one request at a time (moecache.replay.flat)."""
+    from moecache.replay import flat
+
     total = tracefile.rows(path)
+    replay = flat.replayed if per_request else engine.replayed
     with tqdm(total=total, unit="tok", desc="replay", mininterval=2) as bar:
-        return engine.report_parts(
-            batches(path, tokens), capacity, rules, lambda d: bar.update(int(d.lengths.sum()))
+        out = engine.report_parts(
+            batches(path, tokens),
+            capacity,
+            rules,
+            lambda d: bar.update(int(d.lengths.sum())),
+            replay=replay,
         )
+    return {**out, "counting": "per-request"} if per_request else out
 
 
 def foresight(path, capacity: int, ks: list[int], heldout_last: int, tokens: int = BATCH_TOKENS):

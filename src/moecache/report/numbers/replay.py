@@ -32,6 +32,13 @@ def replay_section(workdir: Path, shards: Sequence[str]) -> str:
         + "."
     ]
     parts.append(rules_table(replays))
+    flattened = {
+        (s, c): read(path.with_name("per-request.json"))
+        for s, c, path in found
+        if path.with_name("per-request.json").exists()
+    }
+    if flattened:
+        parts.append(per_request_table(replays, flattened))
     parts.append(bounds_table(bounds))
     every = all(b["totals"]["greedy_optimal"] for b in bounds.values())
     parts.append(
@@ -84,6 +91,47 @@ def rules_table(replays: dict) -> str:
     for key in replays:
         header += [f"{at(key)}: share of the LRU-to-oracle gap", f"{at(key)}: steady copies"]
     return table(header, rows)
+
+
+def per_request_table(replays: dict, flattened: dict) -> str:
+    """LRU and farthest-future copies (first loads included) counted per token, as decoding
+    obeys, and per request, as one-request-at-a-time simulators count (docs/replay.md)."""
+    rows = []
+    for key, flat in flattened.items():
+        token, request = replays[key]["rules"], flat["rules"]
+        lru, far = (token[r]["totals"]["insertions"] for r in ("lru", "farthest-future"))
+        lru_1, far_1 = (request[r]["totals"]["insertions"] for r in ("lru", "farthest-future"))
+        rows.append(
+            (
+                at(key),
+                count(lru),
+                count(lru_1),
+                count(far),
+                count(far_1),
+                percent(1 - far / lru),
+                percent(1 - far_1 / lru_1),
+            )
+        )
+    return "\n\n".join(
+        [
+            "Per token (a token's experts resident together, as decoding needs) against per "
+            "request (each token's k experts as k single requests, `moecache replay "
+            "--per-request`, as libCacheSim, bigrig and moe-policylang count): copies, first "
+            "loads included, and farthest-future's saving over LRU.",
+            table(
+                (
+                    "shard, C",
+                    "LRU per token",
+                    "LRU per request",
+                    "farthest-future per token (B*)",
+                    "Belady per request",
+                    "saving per token",
+                    "saving per request",
+                ),
+                rows,
+            ),
+        ]
+    )
 
 
 def bounds_table(bounds: dict) -> str:
