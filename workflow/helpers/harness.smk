@@ -29,7 +29,8 @@ def decoded_runs():
         for name, run in RUNS.items()
         for shard in run.get("shards", SHARDS)
         for m in run.get("multipliers", [1])
-        if (m == 1 or shard == FIRST_SHARD) and not (LEFT_OUT and run["policy"] == "all")
+        if (m == 1 or shard == FIRST_SHARD)
+        and not (LEFT_OUT and run["policy"] == "all")
     ]
 
 
