@@ -115,6 +115,7 @@ ACCEPTED = {
     "link-check": [*ON_MODEL, "--sequences", "s", "--out", "l.json"],
     "gpu-check": ["--out", "g.json", "--device", "cuda:1"],
     "benchmark-replay-scale": ["--sequences", "2", "--capacity", "8", "--json"],
+    "benchmark-per-request": ["--rounds", "2", "--json"],
     "trace": ["convert", "rows.jsonl", "--experts", "8", "--out", "t.parquet"],
     "replay": [*ON_TRACE, "--rule", "lru", "--out", "r.json"],
     "bound": [*ON_TRACE, "--mixed-share", "0.5", "--out", "b.json"],

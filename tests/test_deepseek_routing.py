@@ -211,8 +211,10 @@ def test_a_resident_set_holding_the_request_gives_it_back(name, others):
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_requests_come_most_probable_first_and_compute_the_same(name):
-    """Reordered, the block's output is the same to the bit (transformers' eager experts
-    sum each token's experts in expert order, whatever the order of its top-k)."""
+    """Reordered, the block's output is the same (transformers' eager experts sum each
+    token's experts in expert order, whatever the order of its top-k): to the bit with one
+    thread; torch's thread pool may split a matmul's reduction otherwise, hence float32's
+    default tolerance."""
     own_model = model(name)
     own_model.config._experts_implementation = "eager"
     adapter = registry.of(own_model)
@@ -224,7 +226,7 @@ def test_requests_come_most_probable_first_and_compute_the_same(name):
         own_out = own(x.view(1, 64, -1)).view(64, -1)
     assert (weights[:, :-1] >= weights[:, 1:]).all()
     assert recorded[LAYER][1].tolist() == index.tolist()
-    torch.testing.assert_close(out, own_out, rtol=0, atol=0)  # the same sums, exactly
+    torch.testing.assert_close(out, own_out)
 
 
 # --- the KV cache the plan counts ------------------------------------------------------------

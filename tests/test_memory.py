@@ -21,7 +21,8 @@ from moecache.harness import decode, gates, jobs, placement, runs
 from moecache.model import memory, plan, registry, tiny
 from moecache.model.memory import LEDGER
 
-CONFIGS = sorted((REPO / "config").glob("*.yaml"))
+# Every config with a model (a trace study, config/trace.yaml, has none to hold).
+CONFIGS = sorted(p for p in (REPO / "config").glob("*.yaml") if "model" in load_yaml(p))
 VOCAB = 256
 TOKENS = 5
 NEEDS_FILES = {"controller", "learned"}  # policies that read a trained artifact

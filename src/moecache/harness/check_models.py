@@ -99,9 +99,6 @@ def paper_checkpoint(
             drawn = torch.empty(p.shape, dtype=p.dtype, device=device)
             p.copy_(drawn.uniform_(-0.025, 0.025, generator=generator))
             del drawn
-        for name, buffer in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):
-                buffer.zero_()
     if stored is None:
         model.save_pretrained(folder)
     else:
