@@ -16,7 +16,9 @@ from conftest import REPO, load_yaml, snakemake
 sys.path.insert(0, str(REPO / "tests" / "rehearsal"))
 import build as rehearsal  # noqa: E402
 
-CONFIGS = sorted((REPO / "config").glob("*.yaml"))
+# Every config with a model (config/trace.yaml, a study from a trace alone, is
+# tests/test_trace_study.py's).
+CONFIGS = sorted(p for p in (REPO / "config").glob("*.yaml") if "model" in load_yaml(p))
 SLURM = ("--workflow-profile", str(REPO / "workflow/profiles/slurm"))
 REHEARSAL = REPO / "config" / "rehearsal.yaml"
 
