@@ -82,6 +82,12 @@ def resolve(kind: str, device) -> str:
     return kind
 
 
+def ring_blocks(ring_mib: int, expert_bytes: int, device_blocks: int) -> tuple[int, int]:
+    """The rings' sizes in experts, (host, device): the host ring at least `ring_mib` MiB,
+    the device ring one block a slot; two each at least. `moecache plan` sizes them by it."""
+    return max(2, -(-ring_mib * 2**20 // expert_bytes)), max(2, device_blocks)
+
+
 class SlowLink:
     def __init__(self, expert, device, ring_mib: int, pin: bool, device_blocks: int, kind="auto"):
         """`expert`: one expert's weight tensors (shapes and dtypes: HostExperts.first_expert);
@@ -92,12 +98,7 @@ class SlowLink:
         if self.kind in HOST_CLOCK:
             return
         expert_bytes = sum(w.numel() * w.element_size() for w in expert)
-
-        def blocks(mib):
-            return max(2, -(-mib * 2**20 // expert_bytes))
-
-        self.host_blocks = blocks(ring_mib)
-        self.device_blocks = max(2, device_blocks)
+        self.host_blocks, self.device_blocks = ring_blocks(ring_mib, expert_bytes, device_blocks)
         self.expert, self.where, self.pin, self.expert_bytes = expert, device, pin, expert_bytes
         self.host, self.device = [], []  # made when a run first repeats a copy (`rings`)
 

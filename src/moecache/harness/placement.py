@@ -106,14 +106,14 @@ def offloaded_ids(model) -> set[int]:
 
 def resident_to(model, device) -> None:
     """Every weight and buffer but the offloaded experts onto `device`, counted."""
-    skip = offloaded_ids(model)
+    skip, moved = offloaded_ids(model), {}  # moved: a weight tied in two modules, once
     for module in model.modules():
         for name, p in list(module._parameters.items()):
-            if p is None or id(p) in skip:
+            if p is None or id(p) in skip or p.device == torch.device(device):
                 continue
-            if p.device != torch.device(device):
-                p = nn.Parameter(p.detach().to(device), requires_grad=p.requires_grad)
-                module._parameters[name] = p
+            if id(p) not in moved:
+                moved[id(p)] = nn.Parameter(p.detach().to(device), requires_grad=p.requires_grad)
+            module._parameters[name] = moved[id(p)]
         for name, b in list(module._buffers.items()):
             if b is not None:
                 module._buffers[name] = b.to(device)

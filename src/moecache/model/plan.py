@@ -147,8 +147,8 @@ def ring_bytes(harness: dict, expert: int, layers: int) -> tuple[int, int]:
 
     if link.resolve(harness.get("slow_link", "auto"), harness["device"]) != "ring":
         return 0, 0
-    host_blocks = max(2, -(-link.ring_mib(harness) * 2**20 // expert))
-    return max(2, harness["capacity"] * layers) * expert, host_blocks * expert
+    host, device = link.ring_blocks(link.ring_mib(harness), expert, harness["capacity"] * layers)
+    return device * expert, host * expert
 
 
 def reference_device_bytes(settings: dict, source=None, tokens=None) -> int:
