@@ -1,1 +1,2 @@
-"""The records the stages exchange: what the harness and replay write and the report reads."""
+"""Typed records of what the stages exchange, and the files that carry them: frozen,
+versioned dataclasses, read and written only through their modules here. No torch."""
