@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from conftest import moecache
 
+from moecache.costs import equation
 from moecache.errors import MoecacheError
 from moecache.harness import decode
-from moecache.report import choose, cost_model, tables
+from moecache.report import choose, tables
 
 TAU1, TAU10 = 0.5, 5.0  # ms per copy at 1x and through the link 10x slower
 TOKENS = 20  # timed tokens per sequence
@@ -83,7 +84,7 @@ def write(folder, report) -> str:
 
 
 def priced(report):
-    return cost_model.point(report, TAU1)
+    return equation.point(report, TAU1)
 
 
 def test_every_timed_copy_reproduces_the_step_and_steady_copies_alone_do_not():
@@ -92,15 +93,15 @@ def test_every_timed_copy_reproduces_the_step_and_steady_copies_alone_do_not():
     exactly, with rho it misses by (n - rho)(tau(10) - tau(1)) per token."""
     c, n, rho = 10.0, 3.0, 2.0
     one = priced(run_report("lru", "lru", c, n, TAU1, rho=rho))
-    ten = cost_model.point(run_report("lru", "lru", c, n, TAU10, multiplier=10, rho=rho))
+    ten = equation.point(run_report("lru", "lru", c, n, TAU10, multiplier=10, rho=rho))
     assert one.ms_per_token(TAU1) == pytest.approx(one.step_ms)  # 1x: the measured step
     assert one.compute_ms == pytest.approx(c)
-    (row,), _ = cost_model.cost_rows([one], [ten], {10: TAU10})
+    (row,), _ = equation.cost_rows([one], [ten], {10: TAU10})
     assert row["predicted_ms"] == pytest.approx(c + n * TAU10) == pytest.approx(ten.step_ms)
     assert row["relative_error"] == pytest.approx(0, abs=1e-12) and row["within_5pct"]
     # Counting only the steady copies: c from the same step, rho copies at tau(10).
     steady_only = dataclasses.replace(one, copies_per_token=one.rho)
-    (off,), _ = cost_model.cost_rows([steady_only], [ten], {10: TAU10})
+    (off,), _ = equation.cost_rows([steady_only], [ten], {10: TAU10})
     missing = (n - rho) * (TAU10 - TAU1)
     assert off["predicted_ms"] == pytest.approx(ten.step_ms - missing)
     assert abs(off["relative_error"]) > 0.05 and not off["within_5pct"]
@@ -110,12 +111,12 @@ def test_ignoring_the_multiplier_is_flagged():
     """A "10x" run whose copies were not slowed (measured at the 1x copy cost): the
     prediction at tau(10) is far off, and the table says so."""
     one = priced(run_report("lru", "lru", 10.0, 3.0, TAU1))
-    not_slowed = cost_model.point(run_report("lru", "lru", 10.0, 3.0, TAU1, multiplier=10))
-    rows, _ = cost_model.cost_rows([one], [not_slowed], {10: TAU10})
+    not_slowed = equation.point(run_report("lru", "lru", 10.0, 3.0, TAU1, multiplier=10))
+    rows, _ = equation.cost_rows([one], [not_slowed], {10: TAU10})
     (row,) = rows
     assert row["relative_error"] == pytest.approx(3.0 * (TAU10 - TAU1) / (10 + 3 * TAU1))
     assert row["relative_error"] > 0.5 and not row["within_5pct"]
-    lines = cost_model.winner_lines(cost_model.winner_check(rows), rows)
+    lines = equation.winner_lines(equation.winner_check(rows), rows)
     assert "Every run within 5%: no (largest error +117.4%, lru at 10x)." in lines
 
 
@@ -219,10 +220,10 @@ def test_an_overlapping_measured_winner_is_not_told_apart():
         {"multiplier": 10, "run": "b", "n": 2.0, "predicted_ms": 11.0, "measured_ms": 10.5,
          "measured_ms_lo": 10.2, "measured_ms_hi": 11.5},
     ]  # fmt: skip
-    (check,) = cost_model.winner_check(rows)
+    (check,) = equation.winner_check(rows)
     assert check["agree"] and not check["told_apart"]
     rows[1]["measured_ms_lo"] = 11.1
-    (check,) = cost_model.winner_check(rows)
+    (check,) = equation.winner_check(rows)
     assert check["told_apart"]
 
 
@@ -310,7 +311,7 @@ def test_a_negative_compute_time_is_refused_naming_the_run_and_tau(tmp_path):
     (line,) = result.stderr.strip().splitlines()
     assert "run lru: compute time" in line and "negative" in line and "tau(1) = 5 ms" in line
     with pytest.raises(MoecacheError, match="run lru: .* negative .* at tau\\(1\\) = 5 ms"):
-        choose.choose([cost_model.point(run_report("lru", "lru", 10.0, 3, TAU1), 5.0)], 5, 0)
+        choose.choose([equation.point(run_report("lru", "lru", 10.0, 3, TAU1), 5.0)], 5, 0)
 
 
 def test_a_tau_given_without_a_bandwidth_file_says_what_it_assumes(tmp_path):
@@ -332,13 +333,13 @@ def test_paired_difference_resamples_sequences_together():
     shared = rng.uniform(5, 15, 30)  # a per-sequence cost both runs pay
     tokens = np.full(30, 10.0)
     a, b = tokens * shared, tokens * (shared + 0.1)
-    diff, (lo, hi) = cost_model.paired_difference(a, tokens, b, tokens, seed=3)
+    diff, (lo, hi) = equation.paired_difference(a, tokens, b, tokens, seed=3)
     assert diff == pytest.approx(-0.1) and lo == pytest.approx(-0.1) and hi == pytest.approx(-0.1)
     # The same pair unpaired (b's sequences shuffled): the interval widens past 0.
-    _, (lo, hi) = cost_model.paired_difference(a, tokens, rng.permutation(b), tokens, seed=3)
+    _, (lo, hi) = equation.paired_difference(a, tokens, rng.permutation(b), tokens, seed=3)
     assert lo < 0 < hi
     with pytest.raises(Exception, match="same sequences"):
-        cost_model.paired_difference(a, tokens, b[:-1], tokens[:-1])
+        equation.paired_difference(a, tokens, b[:-1], tokens[:-1])
 
 
 def test_predicted_interval_at_1x_is_the_measured_step_interval():
@@ -387,8 +388,8 @@ def test_a_scaled_run_on_the_first_sequences_is_predicted_from_the_same_ones():
     one = priced(report)
     ten_report = run_report("lru", "lru", 10.0, 6.0, TAU10, multiplier=10)
     ten_report["sequences"] = ten_report["sequences"][: SEQUENCES // 2]
-    ten = cost_model.point(ten_report)
-    (row,), _ = cost_model.cost_rows([one], [ten], {10: TAU10})
+    ten = equation.point(ten_report)
+    (row,), _ = equation.cost_rows([one], [ten], {10: TAU10})
     assert row["n"] == pytest.approx(6.0)
     assert row["predicted_ms"] == pytest.approx(10.0 + 6.0 * TAU10)
 

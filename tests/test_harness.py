@@ -200,8 +200,8 @@ def test_scaled_runs_decode_token_by_token_beside_a_1x_twin(smoke, tmp_path):
     """A run at a slower link decodes its first sequences token by token beside a 1x twin
     of itself, each on its own slots; farthest-future reads the 1x LRU run's demand there.
     The twin makes the copies the 1x run made, and equation (1) predicts from it."""
+    from moecache.costs import equation
     from moecache.harness import jobs
-    from moecache.report import cost_model
 
     config, model, sequences = smoke
     harness = config["harness"] | {
@@ -240,14 +240,14 @@ def test_scaled_runs_decode_token_by_token_beside_a_1x_twin(smoke, tmp_path):
         one = runs[f"{name}-x1"]["sequences"][:2]
         assert [r["timed_copies"] for r in twin["sequences"]] == [r["timed_copies"] for r in one]
         assert twin["totals"]["timed_copies"] == runs[label]["totals"]["timed_copies"]
-        point = cost_model.point(runs[label])
+        point = equation.point(runs[label])
         assert point.twin.multiplier == 1 and point.twin.sequences == (0, 1)
         assert point.twin.step_ms == pytest.approx(twin["totals"]["step_ms"])
     # Belady copies no more than LRU on the same sequences, token by token as alone.
     ff, lru = runs["farthest-future-x10"]["totals"], runs["lru-x10"]["totals"]
     assert 0 < ff["timed_copies"] <= lru["timed_copies"]
-    rows, orphans = cost_model.cost_rows(
-        [cost_model.point(runs["lru-x1"], 0.01)], [cost_model.point(runs["lru-x10"])], {}
+    rows, orphans = equation.cost_rows(
+        [equation.point(runs["lru-x1"], 0.01)], [equation.point(runs["lru-x10"])], {}
     )
     assert orphans == [] and rows[0]["reference"] == "twin"
     assert rows[0]["n"] == pytest.approx(runs["lru-x10"]["twin_1x"]["totals"]["copies_per_token"])

@@ -1,25 +1,25 @@
-"""The overlap cost model (report/overlap_model.py) and the scaled runs' cut sequences."""
+"""The overlap cost model (costs/overlap.py) and the scaled runs' cut sequences."""
 
 import pytest
 
+from moecache.costs import overlap
 from moecache.errors import MoecacheError
 from moecache.harness.runs import cut_demand, scaled_sequences
-from moecache.report import overlap_model
 
 
 def test_the_model_adds_demand_stall_and_the_prefetches_the_window_does_not_hide():
     # c + sum over groups (d, j, per token) of max(0, d tau - j e) + max(0, n_p tau - A)
-    assert overlap_model.predict(5.0, 1.0, [(10, 0, 1.0)], 0.5, 0, 3.0) == 15.0
-    assert overlap_model.predict(5.0, 1.0, [(6, 0, 1.0)], 0.5, 8, 3.0) == 5.0 + 6.0 + 5.0
-    assert overlap_model.predict(5.0, 0.1, [(2, 0, 1.0)], 0.5, 8, 3.0) == pytest.approx(5.2)
+    assert overlap.predict(5.0, 1.0, [(10, 0, 1.0)], 0.5, 0, 3.0) == 15.0
+    assert overlap.predict(5.0, 1.0, [(6, 0, 1.0)], 0.5, 8, 3.0) == 5.0 + 6.0 + 5.0
+    assert overlap.predict(5.0, 0.1, [(2, 0, 1.0)], 0.5, 8, 3.0) == pytest.approx(5.2)
 
 
 def test_a_layers_experts_computed_before_its_last_copy_hide_its_copies():
     # Two copies, three experts computed first at 0.5 ms: 1.5 of the 2 ms hidden, at half
     # the tokens; at 0.1 ms a copy all hidden; a group with nothing before hides nothing.
     groups = [(2, 3, 0.5), (1, 0, 1.0)]
-    assert overlap_model.predict(5.0, 1.0, groups, 0.5, 0, 3.0) == 5.0 + 0.5 * 0.5 + 1.0
-    assert overlap_model.predict(5.0, 0.1, groups[:1], 0.5, 0, 3.0) == 5.0
+    assert overlap.predict(5.0, 1.0, groups, 0.5, 0, 3.0) == 5.0 + 0.5 * 0.5 + 1.0
+    assert overlap.predict(5.0, 0.1, groups[:1], 0.5, 0, 3.0) == 5.0
 
 
 def seq(step, copies, copy_s=0.0, demand=0, prefetch=0, used=0, stall=0.0, hidden=0.0, block=0.0):
@@ -47,7 +47,7 @@ def test_the_model_reproduces_the_1x_step_and_predicts_a_slower_link_from_its_co
     one = run("lru-overlap", 1, one_rows, ms=7.0, accuracy=0.5)
     slow_rows = [seq(0.2, 0, **counts, stall=0.1, hidden=0.02, block=0.17)]
     slow = run("lru-overlap", 10, slow_rows, twin=one, ms=20.0, accuracy=0.5)
-    rows = overlap_model.model_rows([blocking, blocking10, one, slow])
+    rows = overlap.model_rows([blocking, blocking10, one, slow])
     assert [r["multiplier"] for r in rows] == [1, 10]
     assert rows[0]["predicted_ms"] == pytest.approx(7.0)  # exact at 1x, as equation (1)
     # tau(10) = 0.12 s / 120 copies = 1 ms; n = 10 per token, n_p = 4, a = 0.5, A = 3 ms.
@@ -67,7 +67,7 @@ def test_the_model_reads_the_demand_groups_and_the_expert_compute_the_harness_co
     one = run("lru-overlap", 1, one_rows, ms=7.0, accuracy=0.5)
     slow_rows = [{**seq(0.2, 0, **counts, stall=0.1, hidden=0.02, block=0.17), **grouped}]
     slow = run("lru-overlap", 10, slow_rows, twin=one, ms=20.0, accuracy=0.5)
-    rows = overlap_model.model_rows([blocking, blocking10, one, slow])
+    rows = overlap.model_rows([blocking, blocking10, one, slow])
     e = 1e3 * (0.04 - 0.004) / 320  # ms an expert
     assert rows[0]["expert_ms"] == pytest.approx(e)
     assert rows[0]["predicted_ms"] == pytest.approx(7.0)  # 1x: every copy hidden (0.2 < 3e)
@@ -78,8 +78,8 @@ def test_the_model_reads_the_demand_groups_and_the_expert_compute_the_harness_co
 def test_an_overlapped_run_without_its_blocking_run_is_refused_in_one_line():
     one = run("lru-overlap", 1, [seq(0.07, 0, demand=8, block=0.04)], ms=7.0)
     with pytest.raises(MoecacheError, match="needs the blocking run of policy lru at 1x"):
-        overlap_model.model_rows([one])
-    assert overlap_model.model_rows([one], strict=False) == []
+        overlap.model_rows([one])
+    assert overlap.model_rows([one], strict=False) == []
 
 
 def test_scaled_runs_decode_the_first_sequences_cut_and_read_a_future_cut_alike():

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from moecache.costs import overlap
 from moecache.errors import MoecacheError
-from moecache.report import figures, figures_overlap, overlap_model
+from moecache.report import figures, figures_overlap
 from moecache.report.numbers import overlap as section
 
 
@@ -79,8 +80,8 @@ def scenario(ff_overlapped_ms: float) -> list[dict]:
 
 @pytest.fixture
 def fake_model(monkeypatch):
-    """overlap_model's answers, whether or not the module is installed."""
-    fake = types.ModuleType("moecache.report.overlap_model")
+    """The overlap cost model's answers, whether or not the module is installed."""
+    fake = types.ModuleType("moecache.costs.overlap")
     fake.stops_mattering = lambda reports: {
         "ratio": 0.42, "tau_ms": 0.1, "share": 0.05, "lru": "lru-o", "ff": "ff-o"
     }  # fmt: skip
@@ -95,8 +96,8 @@ def fake_model(monkeypatch):
         }
         for i, r in enumerate(r for r in reports if r["overlap"])
     ]
-    fake.prefetch_pair = overlap_model.prefetch_pair  # not faked: how runs are paired
-    monkeypatch.setattr(section, "overlap_model", fake)
+    fake.prefetch_pair = overlap.prefetch_pair  # not faked: how runs are paired
+    monkeypatch.setattr(section, "overlap", fake)
     return fake
 
 

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 from conftest import SMOKE, load_yaml, moecache, snakemake
 
+from moecache.costs import equation
 from moecache.errors import MoecacheError
-from moecache.report import choose, cost_model
+from moecache.report import choose
 
 # --- the cost model and `moecache choose` on a constructed example ------------------------
 
@@ -126,7 +127,7 @@ def test_choose_reads_tau_from_bandwidth_and_scales_it(example):
 
 def test_crossovers_are_where_lines_meet(example):
     runs, _ = example
-    points = cost_model.read_points(runs, TAU)
+    points = equation.read_points(runs, TAU)
     lru, ff, dwell = points
     assert choose.crossover(lru, ff) == pytest.approx(0.2)  # 10 + 10t = 11 + 5t
     assert choose.crossover(lru, dwell) == pytest.approx(0.5 / 9)
@@ -156,16 +157,16 @@ def test_choose_refuses_bad_input(example, tmp_path):
 
 def test_winner_check_compares_prediction_with_measurement(example, tmp_path):
     runs, _ = example
-    points = cost_model.read_points(runs, TAU)
+    points = equation.read_points(runs, TAU)
     scaled = [
         write_run(tmp_path, "lru", "lru", 0.0, 30.0 - 10 * TAU, 10.0, multiplier=10),
         write_run(tmp_path, "ff", "farthest-future", 0.0, 20.0 - 5 * TAU, 5.0, multiplier=10),
         write_run(tmp_path, "lru", "lru", 0.0, 9.0 - 10 * TAU, 10.0, multiplier=50),
     ]
-    measured = [cost_model.point(json.loads(path.read_text())) for path in scaled]
-    rows, orphans = cost_model.cost_rows(points, measured, {10: 0.5, 50: 2.5})
+    measured = [equation.point(json.loads(path.read_text())) for path in scaled]
+    rows, orphans = equation.cost_rows(points, measured, {10: 0.5, 50: 2.5})
     assert not orphans and [r["run"] for r in rows] == ["ff", "lru", "lru"]
-    checks = cost_model.winner_check(rows)
+    checks = equation.winner_check(rows)
     assert [c["multiplier"] for c in checks] == [10, 50]
     row, alone = checks
     assert alone["agree"] is None  # one run alone at 50x decides nothing
@@ -470,4 +471,4 @@ def test_html_report(smoke_run):
 
 def test_the_cost_model_rejects_runs_without_results(tmp_path):
     with pytest.raises(MoecacheError, match="not a decode run"):
-        cost_model.read_points([tmp_path / "none.json"])
+        equation.read_points([tmp_path / "none.json"])

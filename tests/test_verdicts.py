@@ -1,15 +1,15 @@
-"""The scientific verdicts the tables state are decided in their stage's package, on the
-results' numbers: Table 3's gap verdict (router_tuning.verdicts) and the learned scorers'
-(learned.verdicts), the controller's comparisons (controller.verdicts). Each flips when its
+"""The scientific verdicts the tables state are decided in report/verdicts/, on the stages'
+results' numbers: Table 3's gap verdict (verdicts.router_tuning) and the learned scorers'
+(verdicts.learned), the controller's comparisons (verdicts.controller). Each flips when its
 input crosses the threshold."""
 
 import pandas as pd
 import pytest
 
-from moecache.controller import verdicts as controller_verdicts
-from moecache.learned.verdicts import learned_verdict
 from moecache.report.tables.table3 import verdict_line
-from moecache.router_tuning.verdicts import gap_verdicts
+from moecache.report.verdicts import controller as controller_verdicts
+from moecache.report.verdicts.learned import learned_verdict
+from moecache.report.verdicts.router_tuning import gap_verdicts
 
 
 def measured(own_hit: float, lru: float, log=(0.30, 0.50), reward=None) -> dict:

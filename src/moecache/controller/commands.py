@@ -13,10 +13,10 @@ CONTROLLER_SECTIONS = ("corpus", "model", "harness", "controller")
 
 def cmd_controller_train(args):
     from moecache.controller import train
-    from moecache.report import cost_model
+    from moecache.costs import equation
 
     settings = load_settings(args, CONTROLLER_SECTIONS)
-    tau = cost_model.tau_1x(read_json(args.bandwidth, "a bandwidth file"))
+    tau = equation.tau_1x(read_json(args.bandwidth, "a bandwidth file"))
     done = train.train(
         settings,
         args.objective,

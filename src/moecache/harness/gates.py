@@ -15,9 +15,8 @@ from moecache.errors import MoecacheError
 from moecache.harness import decode, link
 from moecache.intervals import bootstrap_ratio
 from moecache.model import registry
+from moecache.records.gates import BATCHED_TOLERANCE, POOL_TOLERANCE
 
-POOL_TOLERANCE = 5e-3
-BATCHED_TOLERANCE = 4e-4
 MIN_THROUGHPUT_RATIO = 0.95
 GATE_REPEATS = 3
 

@@ -1,5 +1,6 @@
 """The overlapped runs' counts in the decode results: per sequence (and layer) and in totals.
 
+The demand groups' key and their sum are the overlap cost model's (costs/overlap.py).
 Blocking runs get none of these keys. In an overlapped row, `copy_seconds` is the time the
 compute stalled on copies (the copies' share of the step), `timed_copies` counts every
 insertion, prefetches included.
@@ -7,7 +8,7 @@ insertion, prefetches included.
 
 from __future__ import annotations
 
-from collections import Counter
+from moecache.costs.overlap import GROUPS, merged_groups
 
 SUMMED = (
     "demand_copies",
@@ -19,7 +20,6 @@ SUMMED = (
     "block_seconds",  # the MoE blocks' own time, stalls included (the rest is outside them)
     "experts_computed",
 )
-GROUPS = "demand_groups"  # [[copies, experts computed before the last, tokens], ...]
 
 
 def sequence_counts(pools) -> dict:
@@ -32,15 +32,6 @@ def sequence_counts(pools) -> dict:
     summed = {key: sum(counts[key] for counts in layers.values()) for key in SUMMED}
     groups = merged_groups(counts[GROUPS] for counts in layers.values())
     return {**summed, GROUPS: groups, "layers": layers}
-
-
-def merged_groups(lists) -> list:
-    """Demand groups (AsyncExpertPool.count_demand) of several layers or sequences, summed."""
-    total = Counter()
-    for groups in lists:
-        for copies, before, tokens in groups:
-            total[(copies, before)] += tokens
-    return [[copies, before, tokens] for (copies, before), tokens in sorted(total.items())]
 
 
 def totals(rows: list[dict]) -> dict:

@@ -185,19 +185,19 @@ def compute_from_run(path, model_source: str) -> dict:
     """c from a decode run's results file (results/runs/...): its step less its copies,
     per timed token (equation (1)'s c), refused for another model's run."""
     from moecache.atomic import read_json
-    from moecache.report import overlap_model
+    from moecache.costs import overlap
 
     if not Path(path).is_file():
         raise MoecacheError(f"--compute-from {path}: no such file")
     run = read_json(path, "a decode run's results file")
     if not isinstance(run, dict) or not run.get("sequences"):
         raise MoecacheError(f"--compute-from {path}: not a decode run's results file")
-    if overlap_model.timed(run) <= 0:
+    if overlap.timed(run) <= 0:
         raise MoecacheError(f"--compute-from {path}: no timed tokens")
     ran = run.get("settings", {}).get("model", {}).get("source")
     if ran is not None and ran != model_source:
         raise MoecacheError(f"--compute-from {path}: a run of {ran}, not of {model_source}")
-    c = overlap_model.compute_ms(run)
+    c = overlap.compute_ms(run)
     where = run.get("device_name") or "its device"
     return {"ms": c, "source": f"measured: {path} ({where}, its step less its copies)"}
 

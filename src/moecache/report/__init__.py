@@ -1,1 +1,2 @@
-"""The paper's outputs: the cost model of equation (1), the tables and the figures."""
+"""The paper's outputs: the tables, the figures and the numbers the docs embed (equation (1)
+and the overlap cost model are moecache.costs')."""

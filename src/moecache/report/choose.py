@@ -1,5 +1,5 @@
 """The policy chooser (`moecache choose`): the fastest run within a loss limit at a copy
-time tau, by the cost model of equation (1) (moecache.report.cost_model), with the
+time tau, by the cost model of equation (1) (moecache.costs.equation), with the
 crossovers where the winner changes and the runner-up's paired interval. The all-resident
 run is the baseline offloading exists to avoid, so it is no candidate unless asked for.
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import itertools
 
+from moecache.costs.equation import MeasuredRun, compare
 from moecache.errors import MoecacheError
 from moecache.policies.all_resident import AllResident
-from moecache.report.cost_model import MeasuredRun, compare
 
 # The all-resident policy: the cost offloading exists to avoid, not a choice.
 BASELINE = AllResident.name

@@ -33,11 +33,12 @@ def flag(role: str) -> str:
 
 
 def cmd_choose(args):
-    from moecache.report import choose, cost_model, overlap_model
+    from moecache.costs import equation, overlap
+    from moecache.report import choose
 
     if args.bandwidth is not None:
-        bandwidth = cost_model.read_run(args.bandwidth)
-        tau1 = cost_model.tau_1x(bandwidth)
+        bandwidth = equation.read_run(args.bandwidth)
+        tau1 = equation.tau_1x(bandwidth)
     elif args.tau_ms is not None:
         tau1 = args.tau_ms
     else:
@@ -46,17 +47,17 @@ def cmd_choose(args):
         tau = args.tau_ms * args.multiplier
     else:
         # The copy time measured through the link m times slower, else m x tau(1).
-        tau = cost_model.tau_at(bandwidth, args.multiplier, args.bandwidth, strict=False)
-    reports = {path: cost_model.read_run(path) for path in args.runs}
+        tau = equation.tau_at(bandwidth, args.multiplier, args.bandwidth, strict=False)
+    reports = {path: equation.read_run(path) for path in args.runs}
     overlapped = [path for path, report in reports.items() if report.get("overlap")]
     if overlapped and not args.overlap:
         raise MoecacheError(
             f"--runs {overlapped[0]}: an overlapped run; --overlap ranks it by the overlap "
             "cost model (equation (1) prices blocking copies only)"
         )
-    points = cost_model.read_points([p for p in args.runs if p not in overlapped], tau1)
+    points = equation.read_points([p for p in args.runs if p not in overlapped], tau1)
     if args.overlap:
-        points += overlap_model.choice_points(list(reports.values()), tau1)
+        points += overlap.choice_points(list(reports.values()), tau1)
     report = choose.choose_report(
         points, tau, args.max_loss, args.seed, args.include_baseline, args.bandwidth is None
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from moecache.atomic import read_json as read
-from moecache.controller import verdicts
+from moecache.report.verdicts import controller as verdicts
 from moecache.runs import SweepRunName
 
 COLUMNS = [
@@ -69,7 +69,7 @@ def seeds_frame(rows: pd.DataFrame) -> pd.DataFrame:
 
 def matched(seeds: pd.DataFrame, reference: pd.DataFrame) -> list[str]:
     """The controller against the simple policies at matched traffic and quality
-    (decided in moecache.controller.verdicts), one sentence each."""
+    (decided in moecache.report.verdicts.controller), one sentence each."""
     return [
         f"- {m.objective}, threshold {m.threshold:g} (mean of {m.seeds} "
         f"seeds): Delta NLL {m.delta_nll:+.3f} at {m.copies_per_token:.2f} "
@@ -92,7 +92,7 @@ def every(between: float) -> str:
 
 def longer_frame(longer) -> tuple[pd.DataFrame, list[str]]:
     """The first longer-sequence summary's rows, and the controller against each simple
-    run in pieces and whole (decided in moecache.controller.verdicts), one sentence each."""
+    run in pieces and whole (decided in moecache.report.verdicts.controller), one sentence each."""
     for folder in longer:
         summary = read(Path(folder) / "summary.json")
         rows = [

@@ -15,8 +15,9 @@ from matplotlib.transforms import Bbox  # noqa: E402
 
 from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
+from moecache.costs import equation  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
-from moecache.report import batching, cost_model, figures_overlap, replayed  # noqa: E402
+from moecache.report import batching, figures_overlap, replayed  # noqa: E402
 from moecache.report.tables import read, scaled_points  # noqa: E402
 
 COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
@@ -29,13 +30,13 @@ def fig1(runs, scaled, bandwidth):
     if not bandwidth:
         raise MoecacheError("fig1: give --bandwidth (this machine's tau)")
     own = read(bandwidth[0])
-    tau1 = cost_model.tau_1x(own)
-    points = [cost_model.point(read(path), tau1, path) for path in runs]
+    tau1 = equation.tau_1x(own)
+    points = [equation.point(read(path), tau1, path) for path in runs]
     measured: dict = {}
     for s in scaled_points(scaled):
         measured.setdefault(s.multiplier, {})[s.run] = s
     multipliers = [1, *sorted(measured)]
-    taus = {m: cost_model.tau_at(own, m, bandwidth[0]) for m in multipliers}
+    taus = {m: equation.tau_at(own, m, bandwidth[0]) for m in multipliers}
     fig, axes = plt.subplots(
         1, len(multipliers), figsize=(4.2 * len(multipliers), 3.8), sharey=True, squeeze=False
     )

@@ -3,15 +3,15 @@ the blocking run of the same policy, ms per token with 95% intervals, stall and 
 prefetcher's accuracy and waste; then the verdicts the README states, decided from the
 results: whether farthest-future's advantage over LRU survives overlap at each multiplier,
 the copy-to-compute ratio below which the eviction rule stops mattering, and whether every
-overlapped run is within 10% of the overlap cost model (report/overlap_model.py)."""
+overlapped run is within 10% of the overlap cost model (costs/overlap.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from moecache.harness import gates
+from moecache.costs import overlap
 from moecache.policies import POLICIES
-from moecache.report import overlap_model
+from moecache.records.gates import POOL_TOLERANCE
 from moecache.report.numbers.format import fixed, percent, read, sig, table
 from moecache.report.tables.overlap import blocking_twin, overlapped
 
@@ -91,7 +91,7 @@ def advantage(reports: list[dict], multiplier) -> dict:
     if not oracle or not baseline:
         verdict["missing"] = ORACLE if not oracle else BASELINE
         return verdict
-    o, b = overlap_model.prefetch_pair(oracle, baseline)
+    o, b = overlap.prefetch_pair(oracle, baseline)
     saving = 1 - o["totals"]["step_ms"] / b["totals"]["step_ms"]
     survives = o["totals"]["step_ms_ci"][1] < b["totals"]["step_ms_ci"][0]
     return {**verdict, "survives": survives, "oracle": o, "baseline": b, "saving": saving}
@@ -109,7 +109,7 @@ def advantage_line(verdict: dict) -> str:
 
 
 def stops_mattering_line(reports: list[dict]) -> str:
-    found = overlap_model.stops_mattering(reports)
+    found = overlap.stops_mattering(reports)
     if found is None:
         return (
             "The overlap cost model cannot say at which copy-to-compute ratio the eviction "
@@ -124,7 +124,7 @@ def stops_mattering_line(reports: list[dict]) -> str:
 
 
 def model_line(reports: list[dict]) -> str:
-    rows = overlap_model.model_rows(reports, strict=False)
+    rows = overlap.model_rows(reports, strict=False)
     if not rows:
         return "Every overlapped run within 10% of the overlap cost model: no run to check."
     worst = max(rows, key=lambda row: abs(row["relative_error"]))
@@ -139,7 +139,7 @@ def model_line(reports: list[dict]) -> str:
 def compute_line(reports: list[dict]) -> str:
     """How far a slowed copy worker moved the compute: each overlapped run's step less
     stall at m > 1 against its 1x twin's."""
-    rows = [r for r in overlap_model.model_rows(reports, strict=False) if r["multiplier"] > 1]
+    rows = [r for r in overlap.model_rows(reports, strict=False) if r["multiplier"] > 1]
     if not rows:
         return "The compute beside a slowed copy worker: no overlapped run above 1x."
     ratios = [row["compute_ratio_to_1x"] - 1 for row in rows]
@@ -158,9 +158,9 @@ def nll_line(reports: list[dict]) -> str:
         return "No lossless overlapped run to hold to the base NLL."
     worst = max(lossless, key=lambda r: abs(r["totals"]["delta_nll"]))
     gap = abs(worst["totals"]["delta_nll"])
-    kept = "yes" if gap <= gates.POOL_TOLERANCE else "no"
+    kept = "yes" if gap <= POOL_TOLERANCE else "no"
     return (
         f"Lossless overlapped runs keep the base NLL within the gates' tolerance "
-        f"({gates.POOL_TOLERANCE:.0e}): {kept} (largest |Delta NLL| {gap:.1e}, {worst['run']} "
+        f"({POOL_TOLERANCE:.0e}): {kept} (largest |Delta NLL| {gap:.1e}, {worst['run']} "
         f"at {worst['multiplier']:g}x, of {len(lossless)} runs)."
     )

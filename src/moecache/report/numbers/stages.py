@@ -27,7 +27,7 @@ OWN_BENCHMARK = "figures/numbers.tsv"
 def learned_section(workdir: Path) -> str:
     """Each scorer's share of the LRU-to-oracle gap per shard (held-out sequences, all),
     in replay and closed loop, beside decayed frequency; then the best on held-out."""
-    from moecache.learned.verdicts import learned_verdict, scorers
+    from moecache.report.verdicts.learned import learned_verdict, scorers
 
     path = workdir / "results/learned/evaluation.json"
     if not path.exists():
@@ -71,7 +71,7 @@ def learned_row(evaluation: dict, name: str) -> list[str]:
 
 
 def learned_summary(evaluation: dict, verdict) -> str:
-    """The verdict on the learned scorers (moecache.learned.verdicts) as one paragraph."""
+    """The verdict on the learned scorers (moecache.report.verdicts.learned) as one paragraph."""
     if not verdict.best:
         return ""
     decayed = ", ".join(

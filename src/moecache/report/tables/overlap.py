@@ -2,14 +2,14 @@
 the blocking run of the same policy at the same copy multiplier: ms per token of both with
 intervals, the stall and the copy time hidden under compute, demand and prefetch copies,
 and the prefetcher's accuracy and waste (harness/overlap.py counts them), with the overlap
-cost model's prediction and its error (report/overlap_model.py)."""
+cost model's prediction and its error (costs/overlap.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from moecache.atomic import read_json as read
-from moecache.report import overlap_model
+from moecache.costs import overlap
 
 
 def overlapped(report: dict) -> bool:
@@ -56,7 +56,7 @@ def overlapped_frame(paths) -> pd.DataFrame:
             }
         )
     frame = pd.DataFrame(rows)
-    model = pd.DataFrame(overlap_model.model_rows(reports, strict=False))
+    model = pd.DataFrame(overlap.model_rows(reports, strict=False))
     if frame.empty or model.empty:
         return frame
     keep = ["run", "multiplier", "c_ms", "c_overlap_ms", "compute_ratio_to_1x"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from moecache.atomic import read_json as read
+from moecache.costs import equation
 from moecache.errors import MoecacheError
-from moecache.report import cost_model
 from moecache.report.tables import overlap
 from moecache.report.tables.base import Table, not_produced
 
@@ -20,7 +20,7 @@ def policies_frame(runs) -> pd.DataFrame:
     rows = []
     for path in runs:
         report = read(path)
-        p = cost_model.point(report, path=path)
+        p = equation.point(report, path=path)
         rows.append(
             {
                 "run": p.run,
@@ -50,7 +50,7 @@ def device_row(bandwidth: dict, device: str, file: str, source: str) -> dict:
         "source": source,
         "file": file,
         "expert_bytes": bandwidth.get("expert_bytes"),
-        "tau_ms": cost_model.tau_1x(bandwidth),
+        "tau_ms": equation.tau_1x(bandwidth),
         "group_overhead_ms": bandwidth.get("group_overhead_ms"),
         "gib_per_s": bandwidth["loop_gib_per_s"],
         "large_copy_gib_per_s": bandwidth.get("large_gib_per_s"),
@@ -100,9 +100,9 @@ def devices_frame(bandwidth, gpu_check=(), notes=None) -> pd.DataFrame:
     return frame[fixed + scaled]
 
 
-def scaled_points(scaled) -> list[cost_model.MeasuredRun]:
+def scaled_points(scaled) -> list[equation.MeasuredRun]:
     """The runs repeated at copy multipliers > 1, as measured."""
-    return [cost_model.point(read(path), path=path) for path in scaled]
+    return [equation.point(read(path), path=path) for path in scaled]
 
 
 @dataclass(frozen=True)
@@ -116,27 +116,27 @@ class CostModelPart:
     orphans: list[str]
 
     def verdicts(self) -> list[str]:
-        return cost_model.winner_lines(self.checks, self.rows)
+        return equation.winner_lines(self.checks, self.rows)
 
 
 def cost_model_verdicts(rows: list[dict]) -> list[str]:
     """The cost model's verdicts from its rows as written (figures/table1_cost_model.csv):
     the winner per multiplier and whether every run is within 5%."""
-    return cost_model.winner_lines(cost_model.winner_check(rows), rows)
+    return equation.winner_lines(equation.winner_check(rows), rows)
 
 
 def cost_model_part(runs, scaled, bandwidth) -> CostModelPart:
     """Equation (1) with every timed copy against the runs repeated at each multiplier:
     the rows of Table 1's cost-model part and the winner checks."""
     own = read(bandwidth[0])
-    tau1 = cost_model.tau_1x(own)
+    tau1 = equation.tau_1x(own)
     # Equation (1) prices blocking copies: overlapped runs are Table 1's overlapped part.
     runs, scaled = blocking(runs), blocking(scaled)
-    points = [cost_model.point(read(path), tau1, path) for path in runs]
+    points = [equation.point(read(path), tau1, path) for path in runs]
     measured = scaled_points(scaled)
-    taus = {m: cost_model.tau_at(own, m, bandwidth[0]) for m in {s.multiplier for s in measured}}
-    rows, orphans = cost_model.cost_rows(points, measured, taus)
-    checks = cost_model.winner_check(rows)
+    taus = {m: equation.tau_at(own, m, bandwidth[0]) for m in {s.multiplier for s in measured}}
+    rows, orphans = equation.cost_rows(points, measured, taus)
+    checks = equation.winner_check(rows)
     by_m = {c["multiplier"]: c for c in checks}
     for row in rows:
         c = by_m[row["multiplier"]]

@@ -1,5 +1,6 @@
 """Table 3: steady transfers of routers fine-tuned for cache hits, and whether either
-explanation of the null result closes the gap (decided in moecache.router_tuning.verdicts)."""
+explanation of the null result closes the gap (decided in
+moecache.report.verdicts.router_tuning)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pandas as pd
 from moecache.atomic import read_json as read
 from moecache.errors import MoecacheError
 from moecache.report.tables.base import Table, not_produced
-from moecache.router_tuning.verdicts import GapVerdict, gap_verdicts
+from moecache.report.verdicts.router_tuning import GapVerdict, gap_verdicts
 
 ROUTER_OBJECTIVES = {
     "base": "Base (untuned)",

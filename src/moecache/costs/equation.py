@@ -84,7 +84,7 @@ class MeasuredRun:
     seq_copy_ms: tuple = ()  # ms of those copies, as the harness timed them
     tau1_ms: float | None = None
     twin: MeasuredRun | None = None  # for a run at m > 1: its 1x twin (equation (1)'s base)
-    overlap: bool = False  # a line of equation (1); overlap_model.OverlappedPoint is not
+    overlap: bool = False  # a line of equation (1); costs.overlap.OverlappedPoint is not
 
     @property
     def n(self) -> float:

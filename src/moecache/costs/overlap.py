@@ -1,4 +1,4 @@
-"""The overlap cost model, beside equation (1) (cost_model.py): a run whose copies overlap
+"""The overlap cost model, beside equation (1) (equation.py): a run whose copies overlap
 compute (harness/overlapped_block.py) predicted from its blocking twin's compute c and copy
 time tau, its copies per token and its prefetcher's accuracy.
 
@@ -32,14 +32,24 @@ measured run's own.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from moecache.errors import MoecacheError
-from moecache.harness.overlap import GROUPS, merged_groups
 
 WITHIN = 0.10  # issue 28: every overlapped run within 10% of the model
+GROUPS = "demand_groups"  # [[copies, experts computed before the last, tokens], ...]
+
+
+def merged_groups(lists) -> list:
+    """Demand groups (AsyncExpertPool.count_demand) of several layers or sequences, summed."""
+    total = Counter()
+    for groups in lists:
+        for copies, before, tokens in groups:
+            total[(copies, before)] += tokens
+    return [[copies, before, tokens] for (copies, before), tokens in sorted(total.items())]
 
 
 def timed(report: dict) -> int:
