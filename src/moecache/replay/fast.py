@@ -8,16 +8,16 @@ The rules' keys, as in the policies: LRU evicts the lowest recency, (1 + t) * k 
 expert's position in token t's request (0: never requested); farthest-future evicts the
 latest next use, ties (experts next requested by the same token, or never again) to the
 lowest recency, then the lowest id. With k = 1 (per-request counting, moecache.replay.
-flat) the two are classic LRU and Belady's MIN.
+flat) the two are classic LRU and Belady's MIN. Compiled with `kernels.compiled` (cached in
+the rules' folder).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from moecache.policies.farthest_future import FarthestFuture
-from moecache.policies.kernels import cache_folder  # noqa: F401  (sets numba's cache folder)
+from moecache.policies.kernels import compiled
 from moecache.policies.lru import LRU
 
 RULES = ("lru", "farthest-future")  # the rules compiled here, when given no parameters
@@ -39,7 +39,7 @@ def replay(rule: str, requests: np.ndarray, lengths: np.ndarray, capacity: int, 
     return kernel(np.ascontiguousarray(requests, dtype=np.int64), lengths, capacity, width)
 
 
-@njit(cache=True)
+@compiled
 def replay_lru(requests, lengths, capacity, width):
     streams, steps, k = requests.shape
     copies = np.zeros((streams, steps), dtype=np.int64)
@@ -74,7 +74,7 @@ def replay_lru(requests, lengths, capacity, width):
     return copies, full
 
 
-@njit(cache=True)
+@compiled
 def next_uses(requests, length, width, never):
     """after[t, j]: the next token after t that requests requests[t, j] (never: none);
     first[e]: the first token that requests e."""
@@ -89,7 +89,7 @@ def next_uses(requests, length, width, never):
     return after, seen
 
 
-@njit(cache=True)
+@compiled
 def replay_farthest(requests, lengths, capacity, width):
     streams, steps, k = requests.shape
     copies = np.zeros((streams, steps), dtype=np.int64)
