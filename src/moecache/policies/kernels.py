@@ -33,14 +33,16 @@ from numba.core.extending import overload
 from moecache.errors import MoecacheError
 from moecache.policies.event_driven import EventPolicy
 from moecache.policies.pools import OUTSIDE, StepPlan
+from moecache.records import counting
 
 
 def cache_folder() -> str:
-    """Where compiled drivers are kept: a folder named by the hash of every rule's source.
-    Numba checks only the cached function's own file for changes, and the drivers compile
-    in the hooks of other files; a new folder per source version keeps that from ever
-    serving stale code."""
-    sources = sorted(Path(__file__).parent.glob("*.py"))
+    """Where compiled drivers are kept: a folder named by the hash of every rule's source
+    (and of the counting rule they compile in, records/counting.py). Numba checks only the
+    cached function's own file for changes, and the drivers compile in the hooks of other
+    files; a new folder per source version keeps that from ever serving stale code."""
+    here = Path(__file__).parent
+    sources = sorted(here.glob("*.py")) + [here.parent / "records" / "counting.py"]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
     root = os.environ.get("NUMBA_CACHE_DIR") or Path.home() / ".cache" / "moecache-numba"
     for folder in (Path(root) / digest, Path(tempfile.gettempdir()) / "moecache-numba" / digest):
@@ -90,6 +92,8 @@ def compiled(function):
     return dispatcher
 
 
+# The counting rule (records/counting.py), compiled into the replay drivers.
+has_been_full = njit(inline="always")(counting.has_been_full)
 FAR = np.iinfo(np.int64).max
 LISTS = 8  # list ids a rule may use, 0 (none) included
 
@@ -284,7 +288,8 @@ def step_streams(s, requests, missed, count, capacity, resident):
 @compiled
 def replay_streams(s, requests, lengths, capacity, width):
     """Every stream from its first token to its last: copies [S, T] per token and whether
-    the pool was full before it (the harness's fills / steady split)."""
+    the pool had been full before it (the harness's fills / steady split,
+    records/counting.py)."""
     streams, steps, k = requests.shape
     copies = np.zeros((streams, steps), dtype=np.int64)
     full = np.zeros((streams, steps), dtype=np.bool_)
@@ -294,19 +299,20 @@ def replay_streams(s, requests, lengths, capacity, width):
     victims = np.empty(k, dtype=np.int64)
     for row in range(streams):
         resident[:] = False
-        held = 0
+        held, been_full = 0, False
         for t in range(lengths[row]):
             request = requests[row, t]
             misses = 0
             for j in range(k):
                 missed[j] = not resident[request[j]]
                 misses += missed[j]
-            full[row, t] = held == capacity
+            full[row, t] = been_full
             free = capacity - held
             if token(s, row, request, missed, free, busy, resident, victims, 0) < 0:
                 return copies, full, False
             copies[row, t] = misses
             held = min(capacity, held + misses)
+            been_full = has_been_full(been_full, held, capacity)
     return copies, full, True
 
 

@@ -8,8 +8,10 @@ The rules' keys, as in the policies: LRU evicts the lowest recency, (1 + t) * k 
 expert's position in token t's request (0: never requested); farthest-future evicts the
 latest next use, ties (experts next requested by the same token, or never again) to the
 lowest recency, then the lowest id. With k = 1 (per-request counting, moecache.replay.
-flat) the two are classic LRU and Belady's MIN. Compiled with `kernels.compiled` (cached in
-the rules' folder).
+flat) the two are classic LRU and Belady's MIN.
+
+Compiled with `kernels.compiled` (cached in the rules' folder), counting with the one rule
+(records/counting.py, `kernels.has_been_full`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from moecache.policies.farthest_future import FarthestFuture
-from moecache.policies.kernels import compiled
+from moecache.policies.kernels import compiled, has_been_full
 from moecache.policies.lru import LRU
 
 RULES = ("lru", "farthest-future")  # the rules compiled here, when given no parameters
@@ -50,14 +52,14 @@ def replay_lru(requests, lengths, capacity, width):
     for row in range(streams):
         resident[:] = False
         recency[:] = 0
-        held = 0
+        held, been_full = 0, False
         for t in range(lengths[row]):
             request = requests[row, t]
             misses = 0
             for j in range(k):
                 busy[request[j]] = True
                 misses += not resident[request[j]]
-            full[row, t] = held == capacity
+            full[row, t] = been_full
             copies[row, t] = misses
             for _ in range(held + misses - capacity):
                 best, victim = np.int64(-1), -1
@@ -66,6 +68,7 @@ def replay_lru(requests, lengths, capacity, width):
                         best, victim = recency[x], x
                 resident[victim] = False
             held = min(capacity, held + misses)
+            been_full = has_been_full(been_full, held, capacity)
             for j in range(k):
                 e = request[j]
                 resident[e] = True
@@ -103,14 +106,14 @@ def replay_farthest(requests, lengths, capacity, width):
         after, ahead = next_uses(requests[row], length, width, never)
         resident[:] = False
         recency[:] = 0
-        held = 0
+        held, been_full = 0, False
         for t in range(length):
             request = requests[row, t]
             misses = 0
             for j in range(k):
                 busy[request[j]] = True
                 misses += not resident[request[j]]
-            full[row, t] = held == capacity
+            full[row, t] = been_full
             copies[row, t] = misses
             for _ in range(held + misses - capacity):
                 victim = -1
@@ -125,6 +128,7 @@ def replay_farthest(requests, lengths, capacity, width):
                         victim = x
                 resident[victim] = False
             held = min(capacity, held + misses)
+            been_full = has_been_full(been_full, held, capacity)
             for j in range(k):
                 e = request[j]
                 resident[e] = True
