@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from moecache import config as configs
-from moecache.controller import heads as heads_file
 from moecache.controller import train
 from moecache.data import corpus
 from moecache.errors import MoecacheError
 from moecache.harness import decode, timing
 from moecache.harness import pool as pool_module
 from moecache.model import checkpoint
+from moecache.policies import controller_heads as heads_file
 from moecache.policies import make
 from moecache.policies.controller import Controller
 

@@ -16,7 +16,9 @@ from test_policies import simulate
 from test_replay import SETTINGS, demands
 
 from moecache.errors import MoecacheError
-from moecache.learned import features, fit, labels, scorer, stage
+from moecache.learned import fit, labels, stage
+from moecache.policies import learned_features as features
+from moecache.policies import scorers
 from moecache.policies.learned import Learned
 from moecache.replay import engine
 from moecache.replay.demand import Demand
@@ -56,9 +58,9 @@ def routed(seed: int, streams: int = 6, steps: int = 60, experts: int = 12, k: i
 
 def saved(tmp_path, kind: str, feature_set: str, seed: int = 0) -> str:
     torch.manual_seed(seed)
-    model = scorer.Scorer(kind, feature_set, hidden=6)
+    model = scorers.Scorer(kind, feature_set, hidden=6)
     path = tmp_path / f"{kind}.safetensors"
-    scorer.save(model, path, {"test": True})
+    scorers.save(model, path, {"test": True})
     return str(path)
 
 
@@ -142,13 +144,13 @@ def test_the_control_trains_on_labels_that_really_are_permuted(monkeypatch):
 # --- training ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", scorer.KINDS)
+@pytest.mark.parametrize("kind", scorers.KINDS)
 def test_training_lowers_the_loss_on_a_fixed_batch(kind):
     demand = routed(5)
     events = labels.oracle_events(demand, LEARN["capacity"])
     data = fit.dataset(fit.Table.of(demand, list(range(6)), "router"), events, 4)
     torch.manual_seed(0)
-    model = scorer.Scorer(kind, "router", hidden=8)
+    model = scorers.Scorer(kind, "router", hidden=8)
     fit.standardise(model, data)
     batch = torch.arange(3) if model.recurrent else torch.arange(64)
     optimiser = torch.optim.Adam(model.parameters(), lr=0.02)
@@ -164,7 +166,7 @@ def test_training_lowers_the_loss_on_a_fixed_batch(kind):
 def test_gru_one_token_at_a_time_scores_as_over_the_whole_sequence():
     """The rule steps the GRU token by token; training runs whole sequences."""
     torch.manual_seed(0)
-    model = scorer.Scorer("gru", "past-use", hidden=5).double()
+    model = scorers.Scorer("gru", "past-use", hidden=5).double()
     x = torch.randn(7, 3, 4, len(features.PAST_USE), dtype=torch.float64)
     whole, _ = model.sequence(x)
     state, steps = None, []
@@ -225,7 +227,7 @@ def test_a_missing_or_foreign_weights_file_is_one_clear_error(tmp_path):
 def test_weights_trained_on_other_features_are_refused(tmp_path):
     weights = saved(tmp_path, "mlp", "past-use")
     with pytest.raises(MoecacheError, match="trained on past-use features, not router"):
-        scorer.load(weights, "router")
+        scorers.load(weights, "router")
 
 
 def test_foresight_equivalent_interpolates_the_curve():

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
-from moecache.policies import POLICIES, ZOO, Plan, make
+from moecache.policies import POLICIES, ZOO, Plan, Policy, make
 from moecache.policies.eviction import KEY_LIMIT
 from moecache.policies.lru import LRU
 
@@ -568,3 +568,41 @@ def test_mean_interval_readings_part_on_a_burst():
         assert runs["mean-interval"].steps[3].plan.evict == [1]
         assert runs["mean-interval-literal"].steps[3].plan.evict == [0]
         assert {name: run.insertions for name, run in runs.items()} == copies
+
+
+@pytest.mark.parametrize("name", sorted(set(POLICIES) - {"learned", "controller"}))
+def test_every_rule_starts_through_the_one_reset(name, monkeypatch):
+    """Policy.reset is the one reset: every rule family (EvictionPolicy, EventPolicy and the
+    compiled ones, ScheduledPolicy) extends it through super().reset, and no reset on the
+    way from the rule to Policy is skipped (CompiledEventPolicy skipped EventPolicy's)."""
+    cls = POLICIES[name]
+    defining = [c for c in cls.__mro__ if "reset" in vars(c)]
+    assert defining[-1] is Policy
+    calls = []
+
+    def spy(c, reset):
+        def spied(self, future=None, streams=1):
+            calls.append(c)
+            reset(self, future, streams)
+
+        return spied
+
+    for c in defining:
+        monkeypatch.setattr(c, "reset", spy(c, vars(c)["reset"]))
+    policy = make(name, 4, 4, 1, {})
+    policy.reset([[0], [1], [2]] if policy.needs_future else None)
+    assert calls == defining, name
+
+
+def test_compiled_rules_leave_numbas_global_config_alone():
+    """kernels.py caches its drivers per function (kernels.compiled), not by setting
+    numba.config at import."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numba; before = numba.config.CACHE_DIR; "
+        "import moecache.policies, moecache.replay.fast; "
+        "assert numba.config.CACHE_DIR == before, numba.config.CACHE_DIR"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

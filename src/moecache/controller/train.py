@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from moecache.atomic import atomic_file, write_json
-from moecache.controller import heads as heads_file
 from moecache.controller.mixture import ControlledBlock
 from moecache.errors import MoecacheError
 from moecache.model import registry
+from moecache.policies import controller_heads as heads_file
 
 OBJECTIVES = {"differentiable": "soft", "reinforce": "sampled"}
 PENALTIES = ("refresh", "changed", "misses")

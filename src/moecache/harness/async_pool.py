@@ -158,16 +158,7 @@ class AsyncExpertPool(ExpertPool):
             self.demand_copies += len(experts)
         else:
             self.prefetch_copies += len(experts)
-        self.count_insertions(len(experts))
-
-    def count_insertions(self, copies: int) -> None:
-        """As the blocking pool counts: the group that first fills the pool still fills."""
-        self.groups += 1
-        if self.been_full:
-            self.steady += copies
-        else:
-            self.fills += copies
-            self.been_full = len(self.slot_of) == self.capacity
+        self.count_insertions(len(experts))  # one group, counted as the blocking pool counts
 
     def copy(self, e: int, slot: int) -> None:
         # One call for the expert's tensors: one GIL release and one retake, not one each.

@@ -22,6 +22,7 @@ from moecache.harness.link import SlowLink
 from moecache.harness.timing import Lap, Stopwatch
 from moecache.model.memory import DEVICE, HOST, LEDGER
 from moecache.policies import Plan
+from moecache.records import counting
 
 
 class HostExperts:
@@ -130,13 +131,15 @@ class ExpertPool:
             lap = Lap(seconds_=lap.seconds() + charged)
             self.charged += charged
         self.laps.append(lap)
+        self.count_insertions(len(plan.admit))
+
+    def count_insertions(self, copies: int) -> None:
+        """A group of `copies` has entered the pool: fills or steady copies, as
+        records/counting.py defines them (the group that first fills the pool still fills)."""
         self.groups += 1
-        # The whole group that reaches capacity for the first time still counts as filling.
-        if self.been_full:
-            self.steady += len(plan.admit)
-        else:
-            self.fills += len(plan.admit)
-            self.been_full = len(self.slot_of) == self.capacity
+        fills, steady = counting.split(copies, self.been_full)
+        self.fills, self.steady = self.fills + fills, self.steady + steady
+        self.been_full = counting.has_been_full(self.been_full, len(self.slot_of), self.capacity)
 
 
 def slot_experts(host: HostExperts, capacity: int) -> nn.Module:

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from moecache.learned import features
-from moecache.learned.scorer import Scorer
+from moecache.policies import learned_features as features
+from moecache.policies.scorers import Scorer
 from moecache.replay.demand import Demand
 
 

@@ -12,8 +12,9 @@ import torch
 
 from moecache import provenance
 from moecache.errors import MoecacheError
-from moecache.learned import fit, scorer
+from moecache.learned import fit
 from moecache.learned.groups import CONTROL, TRACE_GROUPS, applies, feature_set, group_kinds
+from moecache.policies import scorers
 from moecache.replay import engine
 from moecache.replay.demand import Demand, subset
 
@@ -106,7 +107,7 @@ def fit_group(settings, group, demand: Demand, events, out_dir) -> dict:
         )
         # The metadata keeps every round's result, not its loss curve.
         kept = [{k: v for k, v in r.items() if k != "curve"} for r in summary["rounds"]]
-        scorer.save(model, Path(out_dir) / f"{kind}.safetensors", {**summary, "rounds": kept})
+        scorers.save(model, Path(out_dir) / f"{kind}.safetensors", {**summary, "rounds": kept})
         summaries[kind] = summary
     return summaries
 
@@ -236,7 +237,7 @@ def evaluate(
             "replay": replay,
             "closed_loop": loops,
         }
-    training = {scorer_name(f): scorer.about(f) for f in scorer_files}
+    training = {scorer_name(f): scorers.about(f) for f in scorer_files}
     for about in training.values():
         about.pop("curve", None)
     return {"capacity": capacity, "shards": shards, "training": training}

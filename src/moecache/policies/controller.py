@@ -38,7 +38,7 @@ class Controller(Policy):
     def reset(self, future=None, streams: int = 1) -> None:
         super().reset(future, streams)
         if self.heads is None:
-            from moecache.controller import heads
+            from moecache.policies import controller_heads as heads
 
             self.heads, _ = heads.load(self.weights)
             if self.layer not in self.heads.layers:

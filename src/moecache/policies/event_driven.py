@@ -29,7 +29,12 @@ class EventPolicy(EvictionPolicy):
 
     def reset(self, future=None, streams: int = 1) -> None:
         super().reset(future, streams)
-        self.states = [self.new_stream() for _ in range(streams)]
+        self.state = self.new_state(streams)
+
+    def new_state(self, streams: int):
+        """Every stream's state: here one `new_stream()` per stream, indexed by row (a
+        compiled rule keeps them all in arrays instead, kernels.py)."""
+        return [self.new_stream() for _ in range(streams)]
 
     def new_stream(self):
         """A fresh stream's state (queues, counters), handed to every hook as `s`."""
@@ -58,7 +63,7 @@ class EventPolicy(EvictionPolicy):
         requests = (at - self.start[:n]).tolist()
         victims = []
         for row, (request, missed) in enumerate(zip(requests, miss.tolist(), strict=True)):
-            s, needed = self.states[row], frozenset(request)
+            s, needed = self.state[row], frozenset(request)
             for e, m in zip(request, missed, strict=True):
                 if not m:
                     self.on_hit(s, e)

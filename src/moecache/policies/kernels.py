@@ -25,22 +25,24 @@ import tempfile
 from collections import namedtuple
 from pathlib import Path
 
-import numba
 import numpy as np
 from numba import njit
+from numba.core.caching import CompileResultCacheImpl, FunctionCache, UserProvidedCacheLocator
 from numba.core.extending import overload
 
 from moecache.errors import MoecacheError
 from moecache.policies.event_driven import EventPolicy
 from moecache.policies.pools import OUTSIDE, StepPlan
+from moecache.records import counting
 
 
 def cache_folder() -> str:
-    """Where compiled drivers are kept: a folder named by the hash of every rule's source.
-    Numba checks only the cached function's own file for changes, and the drivers compile
-    in the hooks of other files; a new folder per source version keeps that from ever
-    serving stale code."""
-    sources = sorted(Path(__file__).parent.glob("*.py"))
+    """Where compiled drivers are kept: a folder named by the hash of every rule's source
+    (and of the counting rule they compile in, records/counting.py). Numba checks only the
+    cached function's own file for changes, and the drivers compile in the hooks of other
+    files; a new folder per source version keeps that from ever serving stale code."""
+    here = Path(__file__).parent
+    sources = sorted(here.glob("*.py")) + [here.parent / "records" / "counting.py"]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
     root = os.environ.get("NUMBA_CACHE_DIR") or Path.home() / ".cache" / "moecache-numba"
     for folder in (Path(root) / digest, Path(tempfile.gettempdir()) / "moecache-numba" / digest):
@@ -53,7 +55,45 @@ def cache_folder() -> str:
     return ""
 
 
-numba.config.CACHE_DIR = cache_folder()  # before any cached function below is defined
+FOLDER = cache_folder()
+
+
+class RuleSourcesLocator(UserProvidedCacheLocator):
+    """Numba's locator of a user-given cache folder, given FOLDER for the functions compiled
+    with `compiled` instead of the process-wide numba.config.CACHE_DIR (left as it is)."""
+
+    def __init__(self, py_func, py_file):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        self._cache_path = os.path.join(FOLDER, self.get_suitable_cache_subpath(py_file))
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if not FOLDER:  # nowhere writable: numba's own locators, as for any cached function
+            return None
+        return super(UserProvidedCacheLocator, cls).from_function(py_func, py_file)
+
+
+class RuleSourcesCacheImpl(CompileResultCacheImpl):
+    _locator_classes = [RuleSourcesLocator, *CompileResultCacheImpl._locator_classes]
+
+
+class RuleSourcesCache(FunctionCache):
+    _impl_class = RuleSourcesCacheImpl
+
+
+def compiled(function):
+    """njit(cache=True), per function: `function` compiled once and kept on disk in FOLDER,
+    the folder of this version of the rules' sources. Numba's global config is not touched;
+    the cache is the one numba.njit(cache=True) installs (Dispatcher.enable_caching), with
+    this locator first."""
+    dispatcher = njit(function)
+    dispatcher._cache = RuleSourcesCache(dispatcher.py_func)
+    return dispatcher
+
+
+# The counting rule (records/counting.py), compiled into the replay drivers.
+has_been_full = njit(inline="always")(counting.has_been_full)
 FAR = np.iinfo(np.int64).max
 LISTS = 8  # list ids a rule may use, 0 (none) included
 
@@ -192,7 +232,7 @@ for place, stub in enumerate((on_hit, on_miss, victim, on_evict, on_insert)):
     overload(stub, inline="always")(resolver(stub, place))
 
 
-@njit(cache=True)
+@compiled
 def token(s, row, request, missed, free, busy, resident, victims, nv):
     """One token of one stream: hits, then per miss room and insertion. Appends victims
     (expert ids) at victims[nv:] and returns the new nv, or -1 for an invalid victim."""
@@ -224,7 +264,7 @@ def token(s, row, request, missed, free, busy, resident, victims, nv):
     return nv
 
 
-@njit(cache=True)
+@compiled
 def step_streams(s, requests, missed, count, capacity, resident):
     """Token t of the first n streams: requests [n, k] (expert ids), missed [n, k],
     count [n] residents before, resident [n, N] (updated). Returns flat victims
@@ -245,10 +285,11 @@ def step_streams(s, requests, missed, count, capacity, resident):
     return out[:total], True
 
 
-@njit(cache=True)
+@compiled
 def replay_streams(s, requests, lengths, capacity, width):
     """Every stream from its first token to its last: copies [S, T] per token and whether
-    the pool was full before it (the harness's fills / steady split)."""
+    the pool had been full before it (the harness's fills / steady split,
+    records/counting.py)."""
     streams, steps, k = requests.shape
     copies = np.zeros((streams, steps), dtype=np.int64)
     full = np.zeros((streams, steps), dtype=np.bool_)
@@ -258,19 +299,20 @@ def replay_streams(s, requests, lengths, capacity, width):
     victims = np.empty(k, dtype=np.int64)
     for row in range(streams):
         resident[:] = False
-        held = 0
+        held, been_full = 0, False
         for t in range(lengths[row]):
             request = requests[row, t]
             misses = 0
             for j in range(k):
                 missed[j] = not resident[request[j]]
                 misses += missed[j]
-            full[row, t] = held == capacity
+            full[row, t] = been_full
             free = capacity - held
             if token(s, row, request, missed, free, busy, resident, victims, 0) < 0:
                 return copies, full, False
             copies[row, t] = misses
             held = min(capacity, held + misses)
+            been_full = has_been_full(been_full, held, capacity)
     return copies, full, True
 
 
@@ -278,12 +320,9 @@ class CompiledEventPolicy(EventPolicy):
     """An EventPolicy whose hooks are numba functions (see the module docstring)."""
 
     def new_state(self, streams: int):
-        """Every stream's state: a NamedTuple of arrays, [streams, N] or [streams]."""
+        """Every stream's state: a NamedTuple of arrays, [streams, N] or [streams]
+        (EventPolicy.reset makes it; no new_stream here)."""
         raise NotImplementedError
-
-    def reset(self, future=None, streams: int = 1) -> None:
-        super(EventPolicy, self).reset(future, streams)
-        self.state = self.new_state(streams)
 
     def step(self, t: int, at: np.ndarray, probs, pools) -> StepPlan:
         n = len(at)

@@ -1,15 +1,15 @@
 """A learned scorer as an eviction rule: evict the resident it scores highest.
 
-`weights` names a safetensors file written by the learned stage (moecache.learned.fit);
-`features` must be the set it was trained on ("past-use", or "router", which also reads
-the router's probabilities). The same object runs in trace replay and in the harness,
+`weights` names a safetensors file of a scorer (policies/scorers.py) written by the learned
+stage; `features` must be the set it was trained on ("past-use", or "router", which also
+reads the router's probabilities). The same object runs in trace replay and in the harness,
 inside the measured step, so its decisions and its cost are those of every other rule.
 """
 
 from __future__ import annotations
 
 from moecache.errors import MoecacheError
-from moecache.learned import features as feature_sets
+from moecache.policies import learned_features as feature_sets
 from moecache.policies.eviction import EvictionPolicy
 
 
@@ -27,11 +27,11 @@ class Learned(EvictionPolicy):
         self.scorer = None  # loaded at the first reset: configs are checked before training
 
     def reset(self, future=None, streams=1):
-        from moecache.learned import scorer
+        from moecache.policies import scorers
 
         super().reset(future, streams)
         if self.scorer is None:
-            self.scorer = scorer.load(self.weights, self.feature_set)
+            self.scorer = scorers.load(self.weights, self.feature_set)
         self.features = feature_sets.Features(self.feature_set, self.num_experts, streams)
         self.state = None  # the GRU's hidden state per stream and expert
         self.scored = None  # (t, scores, next state) of the last token scored

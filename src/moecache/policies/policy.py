@@ -4,9 +4,15 @@ Per token t the pooled block asks `policy.plan(t, request, probs, resident)` whi
 to evict (no data moves) and which to copy in, applies that plan to its pool, and then
 computes the token: with the router's own choice (`request`) when the policy is lossless,
 or with the router's best `top_k` among the resident experts when `restricts` is true.
-The same objects drive trace replay, so a rule's copy count is defined once. The kinds of
-policy build on this one: eviction.py (ranked lossless rules), event_driven.py (rules that
-react to hits and misses) and scheduled.py (restricting rules that refresh a set).
+The same objects drive trace replay, so a rule's copy count is defined once.
+
+`Policy` is the one interface: every rule is one, the harness and replay call nothing
+else. The families below build on it and add no interface of their own, only helpers
+for writing a rule: eviction.py (ranked lossless rules, `step` over many streams),
+event_driven.py (rules that react to hits and misses; kernels.py compiles them) and
+scheduled.py (restricting rules that refresh a set). There is one `reset`, this one: a
+family or rule that keeps state extends it and calls `super().reset(future, streams)`
+first, so that every rule checks its arguments here and starts from them.
 """
 
 from __future__ import annotations
@@ -53,7 +59,8 @@ class Policy:
         """Start `streams` sequences, each with an empty pool. `future` is this layer's
         demand for the whole sequence, as recorded by an earlier run (only for rules with
         needs_future). Only lossless eviction rules serve many streams at once (replay);
-        the others serve the harness's one."""
+        the others serve the harness's one. A rule that overrides it calls
+        super().reset(future, streams) first, then starts its own state."""
         if self.needs_future and future is None:
             raise MoecacheError(f"policy {self.name}: needs the demand trace of an earlier run")
         if streams != 1 and not self.many_streams:

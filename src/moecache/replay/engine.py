@@ -4,8 +4,9 @@ Per-token semantics, as in the harness: before token t is computed every expert 
 requests is resident, and a victim is never one that token needs. All streams advance
 together, one token at a time, through the same policy objects the harness uses, so a
 rule's counts here equal its closed-loop counts. Copies are counted three ways:
-`insertions` (all), the harness's `fills` / `steady` split (a pool counts as filling until
-it has been full once, the whole group of copies that first fills it included), and
+`insertions` (all), the harness's `fills` / `steady` split (records/counting.py: a pool
+counts as filling until it has been full once, the whole group of copies that first fills
+it included; a group here is one token of a stream), and
 `after_fill`, the paper's steady traffic B: insertions beyond the first min(C, distinct)
 that every lossless schedule makes.
 """
@@ -22,6 +23,7 @@ from moecache.errors import MoecacheError
 from moecache.policies import EvictionPolicy
 from moecache.policies.kernels import CompiledEventPolicy
 from moecache.policies.pools import Pools
+from moecache.records import counting
 from moecache.replay import fast
 from moecache.replay.demand import Demand
 
@@ -105,7 +107,9 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
     at = at.copy()
     pools = Pools(streams, demand.num_experts, capacity)
     copies = np.zeros((steps, streams), dtype=np.int64)
-    full = np.zeros((steps, streams), dtype=bool)  # full before the token: its copies are steady
+    # Whether the pool had been full before the token: its copies are steady then.
+    full = np.zeros((steps, streams), dtype=bool)
+    been_full = np.zeros(streams, dtype=bool)
     if keep:
         residents = np.zeros((steps, streams, demand.num_experts), dtype=bool)
         evictions = np.zeros_like(residents)
@@ -113,8 +117,9 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
         n = alive[t]
         step = policy.step(t, at[t, :n], None if probs is None else probs[t, :n], pools)
         copies[t, :n] = step.copies
-        full[t, :n] = pools.count[:n] == capacity
+        full[t, :n] = been_full[:n]
         pools.apply(n, step)
+        been_full[:n] = counting.has_been_full(been_full[:n], pools.count[:n], capacity)
         if keep:
             residents[t, :n] = pools.resident[:n]
             np.put(evictions[t], step.victims, True)
@@ -127,12 +132,15 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
 
 
 def tally(copies: np.ndarray, full: np.ndarray, capacity: int, demand: Demand) -> Counts:
-    """Counts from the copies of each token [streams, T] and whether its pool was full."""
+    """Counts from the copies of each token [streams, T] and whether its pool had been
+    full before it (records/counting.py)."""
     insertions = copies.sum(axis=1)
-    # The harness's split: copies count as fills until the pool has been full once.
-    steady = (copies * full).sum(axis=1)
+    fills, steady = counting.split(copies, full)
     return Counts(
-        insertions, insertions - steady, steady, insertions - np.minimum(capacity, demand.distinct)
+        insertions,
+        fills.sum(axis=1),
+        steady.sum(axis=1),
+        insertions - np.minimum(capacity, demand.distinct),
     )
 
 

@@ -9,15 +9,17 @@ expert's position in token t's request (0: never requested); farthest-future evi
 latest next use, ties (experts next requested by the same token, or never again) to the
 lowest recency, then the lowest id. With k = 1 (per-request counting, moecache.replay.
 flat) the two are classic LRU and Belady's MIN.
+
+Compiled with `kernels.compiled` (cached in the rules' folder), counting with the one rule
+(records/counting.py, `kernels.has_been_full`).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from moecache.policies.farthest_future import FarthestFuture
-from moecache.policies.kernels import cache_folder  # noqa: F401  (sets numba's cache folder)
+from moecache.policies.kernels import compiled, has_been_full
 from moecache.policies.lru import LRU
 
 RULES = ("lru", "farthest-future")  # the rules compiled here, when given no parameters
@@ -39,7 +41,7 @@ def replay(rule: str, requests: np.ndarray, lengths: np.ndarray, capacity: int, 
     return kernel(np.ascontiguousarray(requests, dtype=np.int64), lengths, capacity, width)
 
 
-@njit(cache=True)
+@compiled
 def replay_lru(requests, lengths, capacity, width):
     streams, steps, k = requests.shape
     copies = np.zeros((streams, steps), dtype=np.int64)
@@ -50,14 +52,14 @@ def replay_lru(requests, lengths, capacity, width):
     for row in range(streams):
         resident[:] = False
         recency[:] = 0
-        held = 0
+        held, been_full = 0, False
         for t in range(lengths[row]):
             request = requests[row, t]
             misses = 0
             for j in range(k):
                 busy[request[j]] = True
                 misses += not resident[request[j]]
-            full[row, t] = held == capacity
+            full[row, t] = been_full
             copies[row, t] = misses
             for _ in range(held + misses - capacity):
                 best, victim = np.int64(-1), -1
@@ -66,6 +68,7 @@ def replay_lru(requests, lengths, capacity, width):
                         best, victim = recency[x], x
                 resident[victim] = False
             held = min(capacity, held + misses)
+            been_full = has_been_full(been_full, held, capacity)
             for j in range(k):
                 e = request[j]
                 resident[e] = True
@@ -74,7 +77,7 @@ def replay_lru(requests, lengths, capacity, width):
     return copies, full
 
 
-@njit(cache=True)
+@compiled
 def next_uses(requests, length, width, never):
     """after[t, j]: the next token after t that requests requests[t, j] (never: none);
     first[e]: the first token that requests e."""
@@ -89,7 +92,7 @@ def next_uses(requests, length, width, never):
     return after, seen
 
 
-@njit(cache=True)
+@compiled
 def replay_farthest(requests, lengths, capacity, width):
     streams, steps, k = requests.shape
     copies = np.zeros((streams, steps), dtype=np.int64)
@@ -103,14 +106,14 @@ def replay_farthest(requests, lengths, capacity, width):
         after, ahead = next_uses(requests[row], length, width, never)
         resident[:] = False
         recency[:] = 0
-        held = 0
+        held, been_full = 0, False
         for t in range(length):
             request = requests[row, t]
             misses = 0
             for j in range(k):
                 busy[request[j]] = True
                 misses += not resident[request[j]]
-            full[row, t] = held == capacity
+            full[row, t] = been_full
             copies[row, t] = misses
             for _ in range(held + misses - capacity):
                 victim = -1
@@ -125,6 +128,7 @@ def replay_farthest(requests, lengths, capacity, width):
                         victim = x
                 resident[victim] = False
             held = min(capacity, held + misses)
+            been_full = has_been_full(been_full, held, capacity)
             for j in range(k):
                 e = request[j]
                 resident[e] = True

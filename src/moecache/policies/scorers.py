@@ -4,6 +4,8 @@ Each scores every expert from its features at token t; the rule evicts the resid
 the highest score. The GRU keeps a hidden state per expert, updated at every token from
 that token's features, so its score at t summarises the expert's whole history. Features
 are standardised with the training data's mean and deviation, kept in the weights file.
+The networks and their files are the rule's (policies/learned.py reads them); the learned
+stage trains and writes them (learned/fit.py, stage.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from moecache.errors import MoecacheError
-from moecache.learned import features
+from moecache.policies import learned_features as features
 
 KINDS = ("linear", "mlp", "gru")
 

@@ -3,7 +3,9 @@
 At token t a rule may read the history of tokens before t and the router's output for t
 (it is computed before any copy). `Features.at(t, rows, probs)` gives [n, N, F] for the
 streams in `rows`; `observe` then learns token t's request. The learned rule and training
-call the same two methods, so the features a scorer trains on are those it runs on.
+call the same two methods, so the features a scorer trains on are those it runs on. They
+are part of the rule (policies/learned.py), so they live here, below the learned stage that
+trains on them (policies import no stage).
 """
 
 from __future__ import annotations

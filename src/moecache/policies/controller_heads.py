@@ -1,7 +1,9 @@
 """The controller's two heads, one pair per restricted layer (not shared: each layer's
 hidden states and experts differ). The termination head beta scores, at each token, whether
 to replace the cached expert set; the selection head mu scores every expert, and a refresh
-caches the C best. Both read the MoE block's input hidden state of the token."""
+caches the C best. Both read the MoE block's input hidden state of the token. The heads and
+their file are the rule's (policies/controller.py runs them); the controller stage trains
+and writes them (controller/train.py)."""
 
 from __future__ import annotations
 
