@@ -16,6 +16,7 @@ from matplotlib.transforms import Bbox  # noqa: E402
 from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
+from moecache.records.io import read_run_dict  # noqa: E402
 from moecache.report import batching, cost_model, figures_overlap, replayed  # noqa: E402
 from moecache.report.tables import read, scaled_points  # noqa: E402
 
@@ -30,7 +31,7 @@ def fig1(runs, scaled, bandwidth):
         raise MoecacheError("fig1: give --bandwidth (this machine's tau)")
     own = read(bandwidth[0])
     tau1 = cost_model.tau_1x(own)
-    points = [cost_model.point(read(path), tau1, path) for path in runs]
+    points = [cost_model.point(read_run_dict(path), tau1, path) for path in runs]
     measured: dict = {}
     for s in scaled_points(scaled):
         measured.setdefault(s.multiplier, {})[s.run] = s
