@@ -72,11 +72,12 @@ class Results:
         shard = self.shards[0] if self.shards else "*"
         for pattern in STAMPED:
             found = sorted(self.workdir.glob(pattern.format(shard=shard)))
-            if found:
-                read = read_run(found[0]).settings if "runs" in pattern else None
-                read = read if read is not None else read_json(found[0]).get("settings", {})
-                for section, value in read.items():
-                    merged.setdefault(section, value)
+            if not found:
+                continue
+            is_run = pattern == STAMPED[0]  # a decode run's file: read as its record
+            stamped = read_run(found[0]).settings if is_run else read_json(found[0])
+            for section, value in (stamped if is_run else stamped.get("settings", {})).items():
+                merged.setdefault(section, value)
         return merged or None
 
     def trace_sequences(self, settings: dict) -> int | None:
