@@ -36,7 +36,8 @@ def replay_file(capacity: int, oracle: int, **copies) -> dict:
         }
         for rule, n in found.items()
     }
-    return {"capacity": capacity, "experts": 64, "streams": 64, "rules": rules}
+    shape = {"experts": 64, "top_k": 8, "streams": 64, "tokens": 13184, "timed_tokens": 13120}
+    return {"schema": 1, "capacity": capacity, **shape, "rules": rules}
 
 
 @pytest.fixture
@@ -266,8 +267,8 @@ def test_the_command_writes_the_scorecard_or_one_line(workdir, tmp_path):
     # A results file that lacks a field: one line, exit 2, nothing written.
     for name in ("claims.csv", "claims.md", "claims.sources.json"):
         (out / name).unlink()
-    broken = {"capacity": 32, "experts": 64, "rules": {"lru": {"totals": {}}}}
-    broken["rules"]["farthest-future"] = {"totals": {}}
+    broken = replay_file(32, 12229)
+    broken["rules"] = {"lru": {"totals": {}}, "farthest-future": {"totals": {}}}
     write_json(workdir / "results/replay/a/c32/replay.json", broken)
     result = moecache("claims", "--workdir", str(workdir), "--out-dir", str(out))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1

@@ -129,9 +129,13 @@ def workdir(tmp_path) -> Path:
     write_json(
         w / "results/replay/a/replay.json",
         {
+            "schema": 1,
             "capacity": 32,
             "experts": 64,
+            "top_k": 8,
             "streams": 32,
+            "tokens": 6400,
+            "timed_tokens": 6368,
             "run": "lru",
             "multiplier": 1,
             "rules": {

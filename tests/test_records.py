@@ -76,3 +76,19 @@ def test_the_records_import_no_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_a_replay_without_its_schema_or_a_field_is_one_line(tmp_path):
+    from moecache.records.io import read_replay
+    from moecache.records.replay import stamped
+
+    report = {"capacity": 4, "experts": 8, "top_k": 2, "streams": 1, "tokens": 5}
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps({**report, "timed_tokens": 4, "rules": {}}))
+    with pytest.raises(RecordError, match="replay.json: a trace replay's results without field"):
+        read_replay(path)
+    path.write_text(json.dumps(stamped({**report, "rules": {}})))
+    with pytest.raises(RecordError, match="without field timed_tokens"):
+        read_replay(path)
+    path.write_text(json.dumps(stamped({**report, "timed_tokens": 4, "rules": {}})))
+    assert read_replay(path).counting is None and read_replay(path).capacity == 4

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from moecache.atomic import write_json
 from moecache.errors import MoecacheError
+from moecache.records import replay
 from moecache.records.run import OPTIONAL, SCHEMA, RunResult, SequenceRow
 
 
@@ -75,3 +76,20 @@ def write_run(path: str | Path, result: RunResult) -> dict:
     data = result.as_dict()
     write_json(path, data)
     return data
+
+
+def read_replay(path: str | Path) -> replay.ReplayResult:
+    """A trace replay's results file (`moecache replay --out`) as its record."""
+    what = "a trace replay's results"
+    data = load(path, what)
+    check_schema(path, data, what, replay.SCHEMA)
+    names = [f.name for f in fields(replay.ReplayResult)]
+    missing = lacking(data, names, replay.OPTIONAL)
+    if missing:
+        raise RecordError(f"{path}: {what} without field {missing} (rerun its rule)")
+    return replay.ReplayResult(**{k: v for k, v in data.items() if k in names})
+
+
+def read_replay_dict(path: str | Path) -> dict:
+    """A trace replay's results file checked as read_replay checks it, as the file's dict."""
+    return read_replay(path).as_dict()

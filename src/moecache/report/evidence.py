@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moecache.atomic import read_json
-from moecache.records.io import read_run
+from moecache.records.io import read_replay, read_replay_dict, read_run
 from moecache.report import replayed
 from moecache.runs import at_multiplier
 
@@ -102,27 +102,29 @@ class Results:
         return found
 
     def replay(self, name: str) -> tuple[dict, str, bool]:
+        read = read_replay_dict if name == "replay" else read_json
         """`name` (replay, bound, foresight) on the first replayed shard at C = N/2, else
         at the trace run's C; the flag says whether the capacity is the paper's ratio."""
         for shard in self.shards:
             found = replayed.found(self.workdir, "replay", [shard])
             if not found:
                 continue
-            experts = read_json(found[0][2])["experts"]
+            experts = read_replay(found[0][2]).experts
             paper = [row for row in found if row[1] == PAPER_RATIO * experts]
             _, capacity, path = (paper or found)[0]
             wanted = path.with_name(f"{name}.json")
             if not wanted.exists():
                 raise Missing(f"no {name} at C = {capacity} ({wanted.name})")
             relative = wanted.relative_to(self.workdir).as_posix()
-            return read_json(wanted), relative, bool(paper)
+            return read(wanted), relative, bool(paper)
         raise Missing("no replay results")
 
     def others(self, name: str, path: str) -> list[tuple[int, dict, str]]:
         """(C, report, file) of `name` at every other capacity replayed beside `path`."""
         shard = replayed.shard_of(path)
+        read = read_replay_dict if name == "replay" else read_json
         return [
-            (capacity, read_json(found), found.relative_to(self.workdir).as_posix())
+            (capacity, read(found), found.relative_to(self.workdir).as_posix())
             for _, capacity, found in replayed.found(self.workdir, name, [shard])
             if found.relative_to(self.workdir).as_posix() != path
         ]
