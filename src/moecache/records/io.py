@@ -60,7 +60,10 @@ def read_run(path: str | Path) -> RunResult:
         missing = lacking(row, row_fields)
         if missing:
             raise RecordError(f"{path}: {what} without field sequences[{i}].{missing}")
-    rows = tuple(SequenceRow(**row) for row in data["sequences"])
+    named = {f.name for f in fields(SequenceRow)}
+    rows = tuple(
+        SequenceRow(**{k: v for k, v in row.items() if k in named}) for row in data["sequences"]
+    )
     known = {f.name for f in fields(RunResult)}
     return RunResult(**{**{k: v for k, v in data.items() if k in known}, "sequences": rows})
 

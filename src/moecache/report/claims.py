@@ -281,7 +281,7 @@ def causes(settings: dict | None, results: Results | None = None) -> dict[str, s
     questions = sorted({t.get("questions") for t in tasks.values() if t.get("questions")})
     if questions:
         many = "/".join(map(str, questions))
-        found["table2_order"] = [f"{many} questions a task (accuracy.tasks): intervals overlap"]
+        found["table2_order"] = [f"{many} questions a task here (accuracy.tasks)"]
     return {key: "; ".join(said) for key, said in found.items() if said}
 
 
