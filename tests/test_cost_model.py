@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import moecache
+from run_records import run_record
 
 from moecache.costs import equation
 from moecache.errors import MoecacheError
@@ -38,6 +39,9 @@ def run_report(run, policy, c, n, tau, multiplier=1, rho=None, noise=0.0, seed=0
                 "timed_tokens": TOKENS,
                 "step_seconds": step_ms / 1e3,
                 "copy_seconds": copy_ms / 1e3,
+                "stall_seconds": copy_ms / 1e3,  # blocking: the compute waits for each copy
+                "step_repeats": [step_ms / 1e3],
+                "copy_repeats": [copy_ms / 1e3],
                 "timed_copies": TOKENS * n,
                 "copy_groups": TOKENS * n / 2,
                 "fills": TOKENS * (n - rho) + 4,
@@ -48,16 +52,17 @@ def run_report(run, policy, c, n, tau, multiplier=1, rho=None, noise=0.0, seed=0
             }
         )
     totals = {**decode.totals(rows), "delta_nll": delta_nll}  # as the harness totals them
-    return {
-        "run": run,
-        "policy": policy,
-        "params": {},
-        "capacity": 8,
-        "multiplier": multiplier,
-        "shard": "a",
-        "totals": totals,
-        "sequences": rows,
-    }
+    return run_record(
+        run=run,
+        policy=policy,
+        restricts=policy in ("dwell", "static", "controller"),
+        capacity=8,
+        multiplier=multiplier,
+        shard="a",
+        sequences_decoded=list(range(SEQUENCES)),
+        totals=totals,
+        sequences=rows,
+    )
 
 
 def bandwidth_report(device_name="test GPU"):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, moecache
+from run_records import run_record
 
 from moecache.errors import MoecacheError
 from moecache.report import numbers
@@ -47,7 +48,7 @@ def totals(**given) -> dict:
 
 
 def run_file(name: str, policy: str, **given) -> dict:
-    return {"run": name, "policy": policy, "multiplier": 1, "shard": "a", "totals": totals(**given)}
+    return run_record(run=name, policy=policy, multiplier=1, shard="a", totals=totals(**given))
 
 
 def rule_totals(steady: int, gap) -> dict:
@@ -128,9 +129,13 @@ def workdir(tmp_path) -> Path:
     write_json(
         w / "results/replay/a/replay.json",
         {
+            "schema": 1,
             "capacity": 32,
             "experts": 64,
+            "top_k": 8,
             "streams": 32,
+            "tokens": 6400,
+            "timed_tokens": 6368,
             "run": "lru",
             "multiplier": 1,
             "rules": {

@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 
 import pytest
+from run_records import run_record
 
 from moecache.costs import overlap
 from moecache.errors import MoecacheError
@@ -40,17 +41,9 @@ def report(run: str, policy: str, multiplier: int, ms: float, spread=0.1, **over
             "prefetch_accuracy": 0.75,
             **overlap,
         }
-    return {
-        "run": run,
-        "policy": policy,
-        "params": {},
-        "multiplier": multiplier,
-        "shard": "a",
-        "twin_1x": None,
-        "sequences": [],
-        "totals": totals,
-        **found,
-    }
+    return run_record(
+        run=run, policy=policy, multiplier=multiplier, shard="a", totals=totals, **found
+    )
 
 
 def write_runs(folder: Path, reports: list[dict]) -> list[Path]:

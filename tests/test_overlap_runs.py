@@ -15,6 +15,8 @@ from conftest import REPO, load_yaml
 from moecache import config as configs
 from moecache.harness import jobs
 from moecache.model import tiny
+from moecache.records.io import read_run
+from moecache.records.run import SCHEMA
 from moecache.report.tables import overlap as overlap_part
 from moecache.report.tables import table1 as build_table1
 
@@ -110,3 +112,21 @@ def test_table1_puts_overlapped_runs_apart_from_equation_one(decoded, tmp_path):
     assert at_10x["blocking_run"] == "lru" and at_10x["prefetch"] == "pregate"
     assert set(table.parts["cost_model"]["run"]) == {"lru"}  # blocking runs only
     assert overlap_part.blocking_twin(reports["ff-oracle-x1"], [reports["lru-x1"]]) is None
+
+
+def test_the_results_files_are_records_that_tell_blocking_from_overlapped(decoded):
+    """Each file reads back as a RunResult: overlapped or blocking, restricting or not, the
+    sequences it decoded, and the compute's stalls apart from the copies' own time."""
+    _, out = decoded
+    found = {path.stem: read_run(path) for path in out.glob("*-x*.json")}
+    assert found["lru-x1"].blocking and not found["lru-x1"].restricts
+    assert found["dwell-overlap-x1"].overlapped and found["dwell-overlap-x1"].restricts
+    # At 1x an overlapped run decodes the scaled runs' sequences, a blocking one all three.
+    assert found["lru-x1"].sequences_decoded == [0, 1, 2]
+    assert found["lru-pregate-x1"].sequences_decoded == [0, 1]
+    for row in found["lru-x1"].sequences:  # a blocking run's compute waits on every copy
+        assert row.stall_seconds == row.copy_seconds == row.copy_busy_seconds
+    for row in found["lru-pregate-x1"].sequences:  # an overlapped one hides some of it
+        assert row.copy_busy_seconds == row.stall_seconds + row.hidden_copy_seconds
+    written = json.loads((out / "lru-x1.json").read_text())
+    assert written["schema"] == SCHEMA and "layers" not in written["sequences"][0]

@@ -127,16 +127,17 @@ def test_replay_per_request_command(tmp_path):
 def test_the_pipelines_per_request_numbers(tmp_path):
     """results/replay/<shard>/per-request.json (the pipeline's replay_per_request) beside
     replay.json: the numbers block sets the two countings side by side."""
+    from moecache.records.replay import stamped
     from moecache.report.numbers.replay import replay_section
 
     demand = generated(4, "bursty", streams=3, tokens=60, experts=16, k=4)
     folder = tmp_path / "results/replay/a"
     folder.mkdir(parents=True)
     per_token = engine.report(demand, 6)
-    (folder / "replay.json").write_text(json.dumps(per_token))
+    (folder / "replay.json").write_text(json.dumps(stamped(per_token)))
     (folder / "bound.json").write_text(json.dumps(bound.report(demand, 6)))
     per_request_report = flat.report(demand, 6, ["lru", "farthest-future"])
-    (folder / "per-request.json").write_text(json.dumps(per_request_report))
+    (folder / "per-request.json").write_text(json.dumps(stamped(per_request_report)))
     section = replay_section(tmp_path, ["a"])
     lru = per_token["rules"]["lru"]["totals"]["insertions"]
     belady = per_request_report["rules"]["farthest-future"]["totals"]["insertions"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,6 +22,8 @@ from moecache.harness.overlapped_block import overlapped, refuse_unranked
 from moecache.model.memory import LEDGER, device_total_bytes
 from moecache.model.plan import reference_device_bytes, reference_left_out
 from moecache.policies.all_resident import AllResident
+from moecache.records.io import write_run
+from moecache.records.run import RunResult, SequenceRow
 from moecache.runs import RunName
 
 RESIDENT = AllResident.name  # the all-resident policy: a 1x run's reference under fan_out `run`
@@ -329,47 +331,52 @@ def write(settings, runs, decoded: Decoded, shard, gates_path, out_dir, trace_di
     out_dir, trace_dir = Path(out_dir), Path(trace_dir or out_dir)
     for folder in (out_dir, trace_dir):
         folder.mkdir(parents=True, exist_ok=True)
-    device = settings["harness"]["device"]
     for label in [only] if only else runs:
         run = runs[label]
-        report = results_report(settings, runs, decoded, label, shard, gates_path)
+        result = results_report(settings, runs, decoded, label, shard, gates_path)
         if only:
-            report.update(fan_out="run", reference=reference_record(runs, decoded, label))
+            reference = reference_record(runs, decoded, label)
+            result = replace(result, fan_out="run", reference=reference)
         origin = {
             "run": run.name,
             "multiplier": run.multiplier,
-            "settings_hash": provenance.settings_hash(settings),
-            "device_name": provenance.device_name(device),
+            "settings_hash": result.settings_hash,
+            "device_name": result.device_name,
         }
         trace.write(decoded.results[label]["trace"], trace_dir / f"{label}.parquet", origin)
-        provenance.write_results(out_dir / f"{label}.json", report, settings, device)
+        write_run(out_dir / f"{label}.json", result)
 
 
-def results_report(settings, runs, decoded: Decoded, label, shard, gates_path) -> dict:
-    """A run's results file, before provenance."""
+def results_report(settings, runs, decoded: Decoded, label, shard, gates_path) -> RunResult:
+    """A run's results record, its provenance stamped (settings, versions, device)."""
     run = runs[label]
     result = decoded.results[label]
-    return {
-        "run": run.name,
-        "policy": run.spec["policy"],
-        "params": run.spec.get("params", {}),
-        "overlap": bool(run.spec.get("overlap")),
-        "prefetch": run.spec.get("prefetch", "none") if run.spec.get("overlap") else None,
-        "prefetch_params": run.spec.get("prefetch_params", {}),
-        "capacity": run.capacity,
-        "multiplier": run.multiplier,
-        "shard": shard,
-        "restricted_layers": settings["harness"]["restricted_layers"],
-        "base_nll": decoded.base_nll[label],
-        "gates": str(gates_path),
-        "trace_in": run.reads,
-        "interleaved_with": interleaved_with(runs, label),
-        "twin_1x": None if run.multiplier == 1 else twin_record(decoded.twins[run.name]),
-        "device_memory": decoded.memory,
-        "accountant": LEDGER.report(),
-        "totals": result["totals"],
-        "sequences": result["sequences"],
-    }
+    overlapped = bool(run.spec.get("overlap"))
+    rows = tuple(SequenceRow.decoded(row) for row in result["sequences"])
+    return RunResult(
+        run=run.name,
+        policy=run.spec["policy"],
+        params=run.spec.get("params", {}),
+        overlap=overlapped,
+        restricts=run.make().restricts,
+        prefetch=run.spec.get("prefetch", "none") if overlapped else None,
+        prefetch_params=run.spec.get("prefetch_params", {}),
+        capacity=run.capacity,
+        multiplier=run.multiplier,
+        shard=shard,
+        restricted_layers=settings["harness"]["restricted_layers"],
+        base_nll=decoded.base_nll[label],
+        gates=str(gates_path),
+        trace_in=run.reads,
+        interleaved_with=interleaved_with(runs, label),
+        twin_1x=None if run.multiplier == 1 else twin_record(decoded.twins[run.name]),
+        device_memory=decoded.memory,
+        accountant=LEDGER.report(),
+        sequences_decoded=[row.sequence for row in rows],
+        totals=result["totals"],
+        sequences=rows,
+        **provenance.stamp(settings, settings["harness"]["device"]),
+    )
 
 
 def reference_record(runs: dict[str, RunSpec], decoded: Decoded, label: str) -> dict | None:

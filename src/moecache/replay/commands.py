@@ -17,6 +17,7 @@ from moecache.command import (
     with_settings,
 )
 from moecache.errors import MoecacheError
+from moecache.records.replay import stamped
 from moecache.replay import importers
 
 
@@ -54,7 +55,7 @@ def cmd_replay(args):
             f"{percent(t['gap_recovered']):>7s}"
             + (f"  prefill {t['prefill_copies']} copies" if "prefill_copies" in t else "")
         )
-    emit(args, report, lines, [source], origin)
+    emit(args, stamped(report), lines, [source], origin)
 
 
 def cmd_bound(args):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from moecache.atomic import read_json
+from moecache.records.io import read_run
 from moecache.report.evidence import (
     DIFFERS,
     PAPER_RATIO,
@@ -127,7 +128,7 @@ def gap_share(rule: str, paper: float) -> Callable[[Results], Found]:
 
 
 def restrict_cost(r: Results) -> Found:
-    points, paths = runs_1x(r)
+    points, paths = runs_1x(r)  # blocking: the paper's runs wait for their copies
     lru = next((p for p in points if p.policy == "lru"), None)
     if lru is None:
         raise Missing("no lru run at 1x")
@@ -147,9 +148,10 @@ def restrict_cost(r: Results) -> Found:
 def cost_model_winner(r: Results) -> Found:
     from moecache.report import tables
 
-    _, runs = runs_1x(r)
+    _, runs = runs_1x(r)  # equation (1) prices blocking copies: blocking runs only
     scaled = r.glob(f"results/runs/{r.shards[0]}/*.json", "runs")
     scaled = [p for p in scaled if RunName.of(p).multiplier > 1]
+    scaled = [p for p in scaled if read_run(r.path(p)).blocking]
     bandwidth = r.glob("results/bandwidth/*.json", "bandwidth file")[:1]
     if not scaled:
         raise Missing("no run repeated at a copy multiplier")
@@ -328,6 +330,7 @@ def dp_greedy(r: Results) -> Found:
 
 
 def dwell_window(r: Results) -> Found:
+    # Blocking runs only: an overlapped Dwell decodes fewer sequences (its loss is on those).
     points, paths = runs_1x(r)
     dwell = [  # (window / k, k, run)
         (p.params["window"] / p.params["k"], p.params["k"], p)

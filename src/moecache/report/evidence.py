@@ -9,12 +9,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moecache.atomic import read_json
+from moecache.records.io import read_replay, read_replay_dict, read_run
 from moecache.report import replayed
 from moecache.runs import at_multiplier
 
 PAPER_RATIO = 0.5  # C / N in the paper: 32 of 64 experts resident
 PAPER_MODEL = "OLMoE-1B-7B"  # NLL and accuracy sizes compare only on the paper's model
 HOLDS, DIFFERS, NOT_COMPARABLE, NOT_RUN = "holds", "differs", "not comparable", "not run"
+
+
+# Results files whose `settings` say what config the run used (Results.settings).
+STAMPED = (
+    "results/runs/{shard}/*.json",
+    "results/controller/sweep/*/*.json",
+    "results/router_tuning/measured/*.json",
+    "results/learned/evaluation.json",
+    "results/accuracy/*/summary.json",
+)
 
 
 class Missing(Exception):
@@ -52,6 +63,29 @@ class Results:
         found = sorted(p.name for p in (self.workdir / "results/runs").glob("*") if p.is_dir())
         self.shards = list(shards) if shards else found
 
+    def settings(self) -> dict | None:
+        """The config this run used, section by section as its results files stamp it (a
+        stage's files stamp the sections it read): the decode runs' first, then the
+        controller's, the router tuning's, the learned rules' and the accuracy's; None
+        where no results file here records any."""
+        merged = {}
+        shard = self.shards[0] if self.shards else "*"
+        for pattern in STAMPED:
+            found = sorted(self.workdir.glob(pattern.format(shard=shard)))
+            if not found:
+                continue
+            is_run = pattern == STAMPED[0]  # a decode run's file: read as its record
+            stamped = read_run(found[0]).settings if is_run else read_json(found[0])
+            for section, value in (stamped if is_run else stamped.get("settings", {})).items():
+                merged.setdefault(section, value)
+        return merged or None
+
+    def trace_sequences(self, settings: dict) -> int | None:
+        """How many sequences the trace run decoded on the first shard (its record)."""
+        label = f"{settings['harness']['trace_run']}-x1.json"
+        path = self.workdir / "results/runs" / (self.shards[0] if self.shards else "") / label
+        return len(read_run(path).sequences_decoded) if path.exists() else None
+
     def path(self, relative: str) -> str:
         return str(self.workdir / relative)
 
@@ -68,27 +102,29 @@ class Results:
         return found
 
     def replay(self, name: str) -> tuple[dict, str, bool]:
+        read = read_replay_dict if name == "replay" else read_json
         """`name` (replay, bound, foresight) on the first replayed shard at C = N/2, else
         at the trace run's C; the flag says whether the capacity is the paper's ratio."""
         for shard in self.shards:
             found = replayed.found(self.workdir, "replay", [shard])
             if not found:
                 continue
-            experts = read_json(found[0][2])["experts"]
+            experts = read_replay(found[0][2]).experts
             paper = [row for row in found if row[1] == PAPER_RATIO * experts]
             _, capacity, path = (paper or found)[0]
             wanted = path.with_name(f"{name}.json")
             if not wanted.exists():
                 raise Missing(f"no {name} at C = {capacity} ({wanted.name})")
             relative = wanted.relative_to(self.workdir).as_posix()
-            return read_json(wanted), relative, bool(paper)
+            return read(wanted), relative, bool(paper)
         raise Missing("no replay results")
 
     def others(self, name: str, path: str) -> list[tuple[int, dict, str]]:
         """(C, report, file) of `name` at every other capacity replayed beside `path`."""
         shard = replayed.shard_of(path)
+        read = read_replay_dict if name == "replay" else read_json
         return [
-            (capacity, read_json(found), found.relative_to(self.workdir).as_posix())
+            (capacity, read(found), found.relative_to(self.workdir).as_posix())
             for _, capacity, found in replayed.found(self.workdir, name, [shard])
             if found.relative_to(self.workdir).as_posix() != path
         ]
@@ -113,41 +149,50 @@ class Run:
     policy: str
     params: dict
     restricts: bool
+    overlapped: bool
     tokens_per_second: float
     delta_nll: float
     rho: float
+    sequences: int  # how many sequences it decoded
 
 
-def runs_1x(r: Results) -> tuple[list[Run], list[str]]:
-    """Every run at 1x on the first shard: what the claims read of it."""
-    from moecache.policies import POLICIES
-
+def runs_1x(r: Results, overlapped: bool = False) -> tuple[list[Run], list[str]]:
+    """Every blocking run at 1x on the first shard (`overlapped`: every overlapped one
+    instead): what the claims read of it. Overlapped runs decode fewer sequences and time
+    their copies otherwise, so a claim never compares the two kinds by accident."""
     shard = r.shards[0] if r.shards else "*"
     paths = r.glob(f"results/runs/{shard}/{at_multiplier(1)}", "runs at 1x")
-    runs = []
+    runs, kept = [], []
     for path in paths:
-        report = read_json(r.path(path))
-        t = report["totals"]
-        restricts = POLICIES[report["policy"]].restricts
+        result = read_run(r.path(path))
+        if result.overlapped != overlapped:
+            continue
+        t = result.totals
         runs.append(
             Run(
-                report["run"],
-                report["policy"],
-                report.get("params", {}),
-                restricts,
+                result.run,
+                result.policy,
+                result.params,
+                result.restricts,
+                result.overlapped,
                 t["tokens_per_second"],
                 t["delta_nll"],
                 t["rho"],
+                len(result.sequences_decoded),
             )
         )
-    return runs, paths
+        kept.append(path)
+    if not runs:
+        kind = "overlapped" if overlapped else "blocking"
+        raise Missing(f"no {kind} runs at 1x (results/runs/{shard})")
+    return runs, kept
 
 
 def model_why(r: Results, paths: list[str]) -> str:
     """Why NLL sizes do not compare: the model is not the paper's (or '')."""
     for path in paths:
-        run = read_json(r.path(path))
-        source = run["settings"]["model"]["source"]
+        run = read_run(r.path(path))
+        source = run.settings["model"]["source"]
         if PAPER_MODEL not in source:
-            return f"model {source}, base NLL {run['base_nll']:.2f}: NLL sizes are not the paper's"
+            return f"model {source}, base NLL {run.base_nll:.2f}: NLL sizes are not the paper's"
     return ""

@@ -17,6 +17,7 @@ from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
 from moecache.costs import equation  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
+from moecache.records.io import read_run_dict  # noqa: E402
 from moecache.report import batching, figures_overlap, replayed  # noqa: E402
 from moecache.report.tables import read, scaled_points  # noqa: E402
 
@@ -31,7 +32,7 @@ def fig1(runs, scaled, bandwidth):
         raise MoecacheError("fig1: give --bandwidth (this machine's tau)")
     own = read(bandwidth[0])
     tau1 = equation.tau_1x(own)
-    points = [equation.point(read(path), tau1, path) for path in runs]
+    points = [equation.point(read_run_dict(path), tau1, path) for path in runs]
     measured: dict = {}
     for s in scaled_points(scaled):
         measured.setdefault(s.multiplier, {})[s.run] = s

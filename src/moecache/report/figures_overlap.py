@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from moecache.errors import MoecacheError  # noqa: E402
-from moecache.report.tables import read  # noqa: E402
+from moecache.records.io import read_run_dict  # noqa: E402
 from moecache.report.tables.overlap import overlapped  # noqa: E402
 
 MULTIPLIER_TICKS = (1, 10, 50)
@@ -40,7 +40,7 @@ def fig_overlap(runs, scaled):
     """Left: ms per token against the copy multiplier (log), blocking solid, overlapped
     dashed, one colour per eviction rule, 95% intervals over the timed steps. Right: the
     overlapped runs' stall (compute waiting for copies) and hidden copy ms per token."""
-    reports = [read(path) for path in [*runs, *scaled]]
+    reports = [read_run_dict(path) for path in [*runs, *scaled]]
     lines = series(reports)
     if not any(overlapped(found[0]) for found in lines.values()):
         raise MoecacheError("fig_overlap: no overlapped run (overlap: true) among --runs/--scaled")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from moecache.errors import MoecacheError
 from moecache.policies.all_resident import AllResident
+from moecache.records.io import read_run_dict
 from moecache.report.numbers.format import (
     benchmark_seconds,
     cell,
@@ -292,7 +293,7 @@ def gpu_check_section(workdir: Path, files: Sequence[Path] = ()) -> str:
 def runs_section(workdir: Path, shard: str, files: Sequence[Path] | None = None) -> str:
     """Every run at 1x on the first shard: speed with its interval, copies, quality."""
     files = files or list((workdir / f"results/runs/{shard}").glob(at_multiplier(1)))
-    reports = sorted((read(path) for path in files), key=lambda r: r["run"])
+    reports = sorted((read_run_dict(path) for path in files), key=lambda r: r["run"])
     if not reports:
         raise MoecacheError(f"{workdir / 'results/runs' / shard}: no runs at 1x")
     rows = []

@@ -12,7 +12,8 @@ from pathlib import Path
 from moecache.costs import overlap
 from moecache.policies import POLICIES
 from moecache.records.gates import POOL_TOLERANCE
-from moecache.report.numbers.format import fixed, percent, read, sig, table
+from moecache.records.io import read_run_dict
+from moecache.report.numbers.format import fixed, percent, sig, table
 from moecache.report.tables.overlap import blocking_twin, overlapped
 
 BASELINE, ORACLE = "lru", "farthest-future"
@@ -20,7 +21,7 @@ BASELINE, ORACLE = "lru", "farthest-future"
 
 def overlap_section(workdir: Path, shard: str) -> str:
     paths = sorted((workdir / f"results/runs/{shard}").glob("*.json"))
-    reports = [read(path) for path in paths]
+    reports = [read_run_dict(path) for path in paths]
     if not any(overlapped(r) for r in reports):
         return "Not produced by this run: no overlapped run (harness.runs.NAME.overlap: true)."
     multipliers = sorted({r["multiplier"] for r in reports if overlapped(r)})

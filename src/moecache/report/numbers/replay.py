@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from moecache.errors import MoecacheError
+from moecache.records.io import read_replay_dict
 from moecache.report import replayed
 from moecache.report.numbers.format import count, fixed, percent, read, sig, table, yes
 
@@ -19,7 +20,7 @@ def replay_section(workdir: Path, shards: Sequence[str]) -> str:
     if not found:
         raise MoecacheError(f"{workdir / 'results/replay'}: no replay results (run the pipeline)")
     # (shard, C) -> that replay; bounds and foresight beside it in the same folder.
-    replays = {(s, c): read(path) for s, c, path in found}
+    replays = {(s, c): read_replay_dict(path) for s, c, path in found}
     bounds = {(s, c): read(path.with_name("bound.json")) for s, c, path in found}
     first = next(iter(replays.values()))
     capacities = sorted({c for _, c in replays})
@@ -33,7 +34,7 @@ def replay_section(workdir: Path, shards: Sequence[str]) -> str:
     ]
     parts.append(rules_table(replays))
     flattened = {
-        (s, c): read(path.with_name("per-request.json"))
+        (s, c): read_replay_dict(path.with_name("per-request.json"))
         for s, c, path in found
         if path.with_name("per-request.json").exists()
     }

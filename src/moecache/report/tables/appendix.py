@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from moecache.atomic import read_json as read
+from moecache.records.io import read_replay_dict
 from moecache.report import replayed
 from moecache.report.tables.base import Table, not_produced
 
@@ -77,7 +78,7 @@ def longer_files(longer) -> list[Path]:
 def table_eviction(replay, learned) -> Table:
     rows = []
     for path in replay:
-        r = read(path)
+        r = read_replay_dict(path)
         for rule, result in r["rules"].items():
             t = result["totals"]
             rows.append(

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from moecache.atomic import read_json as read
 from moecache.costs import overlap
+from moecache.records.io import read_run_dict
 
 
 def overlapped(report: dict) -> bool:
@@ -28,7 +28,7 @@ def blocking_twin(report: dict, blocking: list[dict]) -> dict | None:
 
 
 def overlapped_frame(paths) -> pd.DataFrame:
-    reports = [read(path) for path in paths]
+    reports = [read_run_dict(path) for path in paths]
     blocking = [r for r in reports if not overlapped(r)]
     rows = []
     for r in (r for r in reports if overlapped(r)):

@@ -12,6 +12,7 @@ import pandas as pd
 from moecache.atomic import read_json as read
 from moecache.costs import equation
 from moecache.errors import MoecacheError
+from moecache.records.io import read_run, read_run_dict
 from moecache.report.tables import overlap
 from moecache.report.tables.base import Table, not_produced
 
@@ -19,7 +20,7 @@ from moecache.report.tables.base import Table, not_produced
 def policies_frame(runs) -> pd.DataFrame:
     rows = []
     for path in runs:
-        report = read(path)
+        report = read_run_dict(path)
         p = equation.point(report, path=path)
         rows.append(
             {
@@ -102,7 +103,7 @@ def devices_frame(bandwidth, gpu_check=(), notes=None) -> pd.DataFrame:
 
 def scaled_points(scaled) -> list[equation.MeasuredRun]:
     """The runs repeated at copy multipliers > 1, as measured."""
-    return [equation.point(read(path), path=path) for path in scaled]
+    return [equation.point(read_run_dict(path), path=path) for path in scaled]
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def cost_model_part(runs, scaled, bandwidth) -> CostModelPart:
     tau1 = equation.tau_1x(own)
     # Equation (1) prices blocking copies: overlapped runs are Table 1's overlapped part.
     runs, scaled = blocking(runs), blocking(scaled)
-    points = [equation.point(read(path), tau1, path) for path in runs]
+    points = [equation.point(read_run_dict(path), tau1, path) for path in runs]
     measured = scaled_points(scaled)
     taus = {m: equation.tau_at(own, m, bandwidth[0]) for m in {s.multiplier for s in measured}}
     rows, orphans = equation.cost_rows(points, measured, taus)
@@ -147,7 +148,7 @@ def cost_model_part(runs, scaled, bandwidth) -> CostModelPart:
 
 
 def blocking(paths) -> list:
-    return [path for path in paths if not overlap.overlapped(read(path))]
+    return [path for path in paths if read_run(path).blocking]
 
 
 COST_COLUMNS = [

@@ -1,0 +1,40 @@
+"""A decode run's results file as the harness writes it (records/run.py's RunResult, schema
+1), for tests that build results folders by hand: every field, `fields` over the defaults."""
+
+from __future__ import annotations
+
+from moecache.records.run import SCHEMA
+
+
+def run_record(**fields) -> dict:
+    overlapped = bool(fields.get("overlap"))
+    base = {
+        "schema": SCHEMA,
+        "run": "lru",
+        "policy": "lru",
+        "params": {},
+        "overlap": overlapped,
+        "restricts": False,
+        "prefetch": "none" if overlapped else None,
+        "prefetch_params": {},
+        "capacity": 16,
+        "multiplier": 1,
+        "shard": "a",
+        "restricted_layers": [0, 1, 2, 3],
+        "base_nll": 5.0,
+        "gates": "results/gates/a.json",
+        "trace_in": None,
+        "interleaved_with": [],
+        "twin_1x": None,
+        "device_memory": {},
+        "accountant": {},
+        "sequences_decoded": [],
+        "totals": {},
+        "sequences": [],
+        "settings": {"model": {"source": "embedded"}, "harness": {"trace_run": "lru"}},
+        "settings_hash": "0" * 16,
+        "versions": {},
+        "device": "cpu",
+        "device_name": "cpu",
+    }
+    return {**base, **fields}

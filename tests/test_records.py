@@ -1,0 +1,94 @@
+"""The records layer: a decode run's results file round-trips through records/io; another
+schema version or a missing field is refused in one line naming the file and the field;
+nothing in it imports torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from run_records import run_record
+
+from moecache.errors import MoecacheError
+from moecache.records.io import RecordError, read_run, write_run
+from moecache.records.run import SCHEMA
+
+ROW = {
+    "sequence": 0,
+    "tokens": 3,
+    "nll_sum": 2.0,
+    "scored": 2,
+    "timed_tokens": 2,
+    "step_seconds": 0.5,
+    "copy_seconds": 0.1,
+    "stall_seconds": 0.1,
+    "timed_copies": 4,
+    "copy_groups": 2,
+    "fills": 8,
+    "steady": 4,
+    "step_repeats": [0.5],
+    "copy_repeats": [0.1],
+    "nll": 1.0,
+}
+
+
+def test_a_run_round_trips_and_keeps_its_file(tmp_path):
+    path = tmp_path / "lru-x1.json"
+    path.write_text(json.dumps(run_record(sequences=[ROW], sequences_decoded=[0])))
+    result = read_run(path)
+    assert result.schema == SCHEMA and result.blocking and result.label == "lru-x1"
+    assert result.sequences[0].copy_busy_seconds == 0.1 == result.stall_seconds()
+    again = tmp_path / "again.json"
+    assert write_run(again, result) == json.loads(path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"schema": 2}, "of schema 2, this moecache reads schema 1"),
+        ({"schema": None}, "without field schema"),
+        ({"restricts": None}, "without field restricts"),
+        ({"sequences": [{**ROW, "nll": None}]}, "without field sequences[0].nll"),
+    ],
+)
+def test_another_schema_or_a_missing_field_is_one_line(tmp_path, change, says):
+    data = run_record(sequences=[ROW])
+    for key, value in change.items():
+        data[key] = value
+        if value is None:
+            del data[key]
+    for row in data["sequences"]:
+        for key in [k for k, v in row.items() if v is None]:
+            del row[key]
+    path = tmp_path / "lru-x1.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordError) as error:
+        read_run(path)
+    assert isinstance(error.value, MoecacheError)
+    message = str(error.value)
+    assert says in message and str(path) in message and "\n" not in message
+
+
+def test_the_records_import_no_torch():
+    code = "import sys, moecache.records.io, moecache.records.run; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+def test_a_replay_without_its_schema_or_a_field_is_one_line(tmp_path):
+    from moecache.records.io import read_replay
+    from moecache.records.replay import stamped
+
+    report = {"capacity": 4, "experts": 8, "top_k": 2, "streams": 1, "tokens": 5}
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps({**report, "timed_tokens": 4, "rules": {}}))
+    with pytest.raises(RecordError, match="replay.json: a trace replay's results without field"):
+        read_replay(path)
+    path.write_text(json.dumps(stamped({**report, "rules": {}})))
+    with pytest.raises(RecordError, match="without field timed_tokens"):
+        read_replay(path)
+    path.write_text(json.dumps(stamped({**report, "timed_tokens": 4, "rules": {}})))
+    assert read_replay(path).counting is None and read_replay(path).capacity == 4
