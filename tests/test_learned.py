@@ -18,8 +18,8 @@ from test_replay import SETTINGS, demands
 from moecache.errors import MoecacheError
 from moecache.learned import features, fit, labels, scorer, stage
 from moecache.policies.learned import Learned
+from moecache.records.demand import Demand
 from moecache.replay import engine
-from moecache.replay.demand import Demand
 
 LEARN = {
     "capacity": 4,

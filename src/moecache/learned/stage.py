@@ -14,8 +14,8 @@ from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.learned import fit, scorer
 from moecache.learned.groups import CONTROL, TRACE_GROUPS, applies, feature_set, group_kinds
+from moecache.records.demand import Demand, subset
 from moecache.replay import engine
-from moecache.replay.demand import Demand, subset
 
 
 def record_trace(settings, model_source, tokenizer_source, text_path, out) -> dict:
@@ -181,8 +181,8 @@ def evaluate(
     import json
     from pathlib import Path
 
-    from moecache.harness import trace
     from moecache.policies.learned import Learned
+    from moecache.records import trace
 
     capacity = settings["harness"]["capacity"]
     last = settings["replay"]["heldout_sequences"]

@@ -241,7 +241,7 @@ def rho_from_trace(path, capacity: int, experts: int, top_k: int, layers: int) -
 
 def read_trace(path, experts: int):
     """A moecache-trace file, or a harness trace (read with the model's N)."""
-    from moecache.harness import trace
+    from moecache.records import trace
     from moecache.replay import tracefile
 
     if tracefile.header(path) is not None:

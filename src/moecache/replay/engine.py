@@ -22,8 +22,8 @@ from moecache.errors import MoecacheError
 from moecache.policies import EvictionPolicy
 from moecache.policies.kernels import CompiledEventPolicy
 from moecache.policies.pools import Pools
+from moecache.records.demand import Demand
 from moecache.replay import fast
-from moecache.replay.demand import Demand
 
 FIELDS = ("insertions", "fills", "steady", "after_fill")
 
