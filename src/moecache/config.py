@@ -24,6 +24,8 @@ class ConfigError(MoecacheError):
 # How the decode stage splits into jobs (harness.fan_out): one per shard, every run
 # interleaved in it (the default), or one per run x multiplier x shard.
 FAN_OUTS = ("shard", "run")
+# The exact optimum (replay/optimum.py) holds 2^N resident sets: its sweep takes N <= this.
+MAX_EXPERTS = 16
 
 
 def fan_out(config: dict) -> str:
@@ -272,8 +274,6 @@ def check_replay(config: dict) -> None:
 
 def check_replay_shapes(replay: dict) -> None:
     """The sweep's shapes the exact search can take; a benchmark pool that serves a token."""
-    from moecache.replay.optimum import MAX_EXPERTS
-
     where = "config key replay"
     low, high = replay["optimum"]["tokens"]
     if low > high:
@@ -377,7 +377,7 @@ def load(path: str | Path) -> dict:
 
 def check_learned(config: dict) -> None:
     """Enough sequences to fit and validate on, and closed-loop scorers the stage trains."""
-    from moecache.learned import groups
+    from moecache.records import scorer_groups as groups
 
     learned = config.get("learned")
     if learned is None:

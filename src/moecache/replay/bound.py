@@ -19,6 +19,7 @@ import statistics
 
 import numpy as np
 
+from moecache.config import MAX_EXPERTS
 from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture, next_requests
 from moecache.records import batch as geometry
@@ -243,14 +244,14 @@ def sandwich(demand: Demand, capacity: int) -> tuple[np.ndarray, np.ndarray, np.
 
 def optimum_report(demand: Demand, capacity: int) -> dict:
     """B_flat <= B* <= B_greedy per stream and in total; B* from the LP, checked against the
-    DP when N <= optimum.MAX_EXPERTS (`dp` is None above)."""
+    DP when N <= MAX_EXPERTS (`dp` is None above)."""
     demand.check_capacity(capacity)
     flat = flat_bound(demand, capacity)[0]
     upper = farthest_future(demand, capacity)
     result = lp_optimum(demand, capacity)
     best = result.after_fill
     check_sandwich(flat, best, upper, stream_named(demand))
-    by_dp = dp(demand, capacity) if demand.num_experts <= optimum.MAX_EXPERTS else None
+    by_dp = dp(demand, capacity) if demand.num_experts <= MAX_EXPERTS else None
     if by_dp is not None:
         check_lp_equals_dp(best, by_dp, stream_named(demand))
     return {
