@@ -18,7 +18,8 @@ import torch
 from moecache.config import ConfigError
 from moecache.errors import MoecacheError
 from moecache.harness import decode, gates
-from moecache.model import checkpoint, plan, registry, tiny
+from moecache.model import checkpoint, registry, tiny
+from moecache.schedule import plan
 
 sys.path.insert(0, str(Path(__file__).parent / "rehearsal"))
 import build as rehearsal  # noqa: E402

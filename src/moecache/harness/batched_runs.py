@@ -25,6 +25,7 @@ from moecache.errors import MoecacheError
 from moecache.harness import batched, continuous, decode, gates, link
 from moecache.harness.union_block import UnionBlock
 from moecache.intervals import bootstrap_ratio
+from moecache.model.memory import ring_mib
 from moecache.policies.all_resident import AllResident
 from moecache.records import trace
 from moecache.runs import BatchShape, batch_shapes
@@ -95,7 +96,7 @@ def decode_shapes(settings, model, sequences, trace_path, planned: list) -> dict
         layers,
         max(capacities.values()),
         device,
-        link.ring_mib(harness),
+        ring_mib(harness),
         slots=harness["capacity"] * len(layers),
         link=link.configured(harness),
     ) as off:
