@@ -6,6 +6,8 @@ files the workflow expects, the runs a job decodes and the memory the plan sizes
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from moecache.config import run_multipliers, run_shards
 from moecache.policies.all_resident import AllResident
 from moecache.runs import RunName
@@ -13,16 +15,21 @@ from moecache.runs import RunName
 RESIDENT = AllResident.name  # the all-resident policy: a 1x run's reference under fan_out `run`
 
 
+def decodes(shard: str, multiplier: int, first_shard: str) -> bool:
+    """Whether a run on `shard` decodes at `multiplier`: at 1x on each of its shards, at
+    its other multipliers on the first shard alone."""
+    return multiplier == 1 or shard == first_shard
+
+
 def shard_runs(settings: dict, shard: str, first_shard: str) -> list[tuple[str, int]]:
-    """(run, multiplier) pairs decoded on `shard`: every run at 1x on its shards, and at
-    its other multipliers on the first shard."""
-    pairs = []
-    for name, spec in settings["harness"]["runs"].items():
-        if shard in run_shards(spec, settings):
-            for m in run_multipliers(spec):
-                if m == 1 or shard == first_shard:
-                    pairs.append((name, m))
-    return pairs
+    """(run, multiplier) pairs decoded on `shard` (decodes), in harness.runs's order."""
+    return [
+        (name, m)
+        for name, spec in settings["harness"]["runs"].items()
+        if shard in run_shards(spec, settings)
+        for m in run_multipliers(spec)
+        if decodes(shard, m, first_shard)
+    ]
 
 
 def kept_runs(harness: dict, pairs: list[tuple[str, int]], kept: bool) -> list[tuple[str, int]]:
@@ -33,19 +40,19 @@ def kept_runs(harness: dict, pairs: list[tuple[str, int]], kept: bool) -> list[t
 
 
 def decoded(settings: dict, kept: bool) -> list[tuple[str, RunName]]:
-    """(shard, run name) of every results file the decode jobs write: each run x shard at
-    1x, and each run x multiplier on the first shard (slower copies rank the policies on the
-    main shard, as in the paper); not the all-resident runs where the device cannot hold
-    them (not `kept`: schedule.plan.reference_left_out)."""
+    """(shard, run name) of every results file the decode jobs write, run by run: each run x
+    shard at 1x, and each run x multiplier on the first shard (slower copies rank the
+    policies on the main shard, as in the paper); not the all-resident runs where the device
+    cannot hold them (not `kept`: schedule.plan.reference_left_out)."""
     harness = settings["harness"]
     first = next(iter(settings["corpus"]["heldout"]["shards"]))
-    out = []
-    for name, spec in harness["runs"].items():
-        for shard in run_shards(spec, settings):
-            for m in run_multipliers(spec):
-                if (m == 1 or shard == first) and kept_runs(harness, [(name, m)], kept):
-                    out.append((shard, RunName(name, m)))
-    return out
+    return [
+        (shard, RunName(name, m))
+        for name, spec in harness["runs"].items()
+        for shard in run_shards(spec, settings)
+        for m in run_multipliers(spec)
+        if decodes(shard, m, first) and kept_runs(harness, [(name, m)], kept)
+    ]
 
 
 def capacity_of(harness: dict, spec: dict) -> int:
@@ -73,11 +80,12 @@ def slot_layout(runs: dict) -> tuple[int, list[int]]:
     return shared, groups
 
 
-class Slots:
-    """A run as slot_layout reads it: its name, multiplier and capacity."""
+class Slots(NamedTuple):
+    """A run as slot_layout reads it."""
 
-    def __init__(self, name: str, multiplier: int, capacity: int):
-        self.name, self.multiplier, self.capacity = name, multiplier, capacity
+    name: str
+    multiplier: int
+    capacity: int
 
 
 def shard_slots(settings: dict, shard: str, first_shard: str, kept: bool) -> dict[str, Slots]:
