@@ -269,7 +269,8 @@ def test_no_module_outside_model_names_a_family_specific_module_or_parameter():
 
     specific = re.compile(
         r"Olmoe[A-Z]\w*|modeling_olmoe|\.mlp\b|mlp\.gate|model\.model\.layers|"
-        r"block_sparse_moe|shared_expert|e_score_correction_bias|mlp\.router"
+        # shared_expert_bytes is the plan's own report key (schedule/plan.py), not a module
+        r"block_sparse_moe|shared_expert(?!_bytes)|e_score_correction_bias|mlp\.router"
     )
     source = Path(__file__).parents[1] / "src" / "moecache"
     found = [
