@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
 from moecache.policies.lru import LRU
+from moecache.records import batch as geometry
+from moecache.records.demand import Demand, padded
 from moecache.replay import batch, bound, engine
-from moecache.replay.demand import Demand, padded
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -106,7 +107,7 @@ def batched_cases(draw):
     ]
     size = draw(st.integers(1, 4))
     capacity = draw(st.integers(k, n))
-    return sequences, n, size, draw(st.sampled_from(batch.MODES)), capacity
+    return sequences, n, size, draw(st.sampled_from(geometry.MODES)), capacity
 
 
 @SETTINGS
@@ -160,9 +161,9 @@ def test_a_union_over_capacity_is_served_in_rounds_that_never_overfill_the_pool(
 def test_rounds_put_the_residents_first_then_the_rest_by_id():
     resident = np.zeros(8, dtype=bool)
     resident[[6, 2]] = True
-    parts = batch.rounds(np.array([7, 6, 5, 2, 1, 0]), resident, 3)
+    parts = geometry.rounds(np.array([7, 6, 5, 2, 1, 0]), resident, 3)
     assert [p.tolist() for p in parts] == [[2, 6, 0], [1, 5, 7]]
-    assert [p.tolist() for p in batch.rounds(np.array([7, 6]), resident, 3)] == [[7, 6]]
+    assert [p.tolist() for p in geometry.rounds(np.array([7, 6]), resident, 3)] == [[7, 6]]
 
 
 # -- batch size one, and static against continuous -----------------------------------------

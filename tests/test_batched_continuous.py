@@ -11,8 +11,9 @@ import test_batched_decode as shared
 
 from moecache.errors import MoecacheError
 from moecache.harness import continuous, gates
+from moecache.records import batch as geometry
+from moecache.records.demand import PAD
 from moecache.replay import batch as replay_batch
-from moecache.replay.demand import PAD
 
 # The tiny model, its sequences and their batch-one run, as the batched harness tests use.
 model, sequences, batch_one, held = shared.model, shared.sequences, shared.batch_one, shared.held
@@ -56,7 +57,7 @@ def test_continuous_lossless_runs_equal_batch_one_and_the_replay(
 def test_slots_are_refilled_at_once_in_the_replays_places(model, sequences):
     got = shared.run_batched(model, sequences, "lru", 8, 2, 8, batching="continuous")
     lengths = shared.LENGTHS
-    placed = replay_batch.places(lengths, 2, "continuous")
+    placed = geometry.places(lengths, 2, "continuous")
     assert [row["slot"] for row in got["sequences"]] == [slot for _, slot, _ in placed]
     (stream,) = got["batches"]
     steps = max(at + n for (_, _, at), n in zip(placed, lengths, strict=True))

@@ -9,11 +9,13 @@ import pytest
 from sharp_model import random_sequences, sharp_model
 
 from moecache.errors import MoecacheError
-from moecache.harness import batched, decode, gates, trace
+from moecache.harness import batched, batched_runs, decode, gates, trace
 from moecache.harness.pool import ExpertPool
 from moecache.harness.union_block import UnionBlock
+from moecache.records.demand import PAD
+from moecache.records.trace import read_demand as read_traced
+from moecache.records.trace import read_futures
 from moecache.replay import batch as replay_batch
-from moecache.replay.demand import PAD
 from moecache.replay.engine import parse_rule
 
 LAYERS, EXPERTS, TOP_K = [1, 2], 16, 4
@@ -41,7 +43,7 @@ def batch_one(model, sequences, tmp_path_factory):
     path = tmp_path_factory.mktemp("trace") / "lru.parquet"
     trace.write(result["trace"], path, {})
     nll = [row["nll_sum"] for row in result["sequences"]]
-    return nll, trace.read_demand(path), trace.read_futures(path, LAYERS)
+    return nll, read_traced(path), read_futures(path, LAYERS)
 
 
 def run_batched(model, sequences, rule, capacity, size, width, futures=None, **how):
@@ -52,7 +54,9 @@ def run_batched(model, sequences, rule, capacity, size, width, futures=None, **h
     make = batched.policy_factory(spec, capacity, EXPERTS, TOP_K, size, width)
     with decode.offloaded(model, LAYERS, capacity, "cpu", 1) as off:
         arm = off.arm(rule, make, capacity, block=UnionBlock)
-        return batched.decode_batched(model, sequences, "cpu", arm, off.own, size, futures, **how)
+        return batched_runs.decode_batched(
+            model, sequences, "cpu", arm, off.own, size, futures, **how
+        )
 
 
 @pytest.fixture
@@ -131,7 +135,7 @@ def test_a_policy_that_reads_the_router_is_refused_in_one_line(model, sequences)
     with decode.offloaded(model, LAYERS, 8, "cpu", 1) as off:
         arm = off.arm("router-logit", make, 8, block=UnionBlock)
         with pytest.raises(MoecacheError) as refused:
-            batched.decode_batched(model, sequences, "cpu", arm, off.own, 2)
+            batched_runs.decode_batched(model, sequences, "cpu", arm, off.own, 2)
     assert "policy router-logit reads the router's probabilities" in str(refused.value)
     assert "\n" not in str(refused.value)
 

@@ -12,7 +12,7 @@ import test_batched_decode as shared
 
 from moecache import policies
 from moecache.errors import MoecacheError
-from moecache.harness import batched, decode, gates
+from moecache.harness import batched, batched_runs, decode, gates
 from moecache.harness.union_block import UnionBlock
 
 # The tiny model, its sequences and their batch-one run, as the batched harness tests use.
@@ -26,7 +26,7 @@ def run(model, sequences, spec, capacity, size, **how):
     make = batched.policy_factory(spec, capacity, EXPERTS, TOP_K, size)
     with decode.offloaded(model, LAYERS, capacity, "cpu", 1) as off:
         arm = off.arm(spec["policy"], make, capacity, block=UnionBlock)
-        return batched.decode_batched(model, sequences, "cpu", arm, off.own, size, **how)
+        return batched_runs.decode_batched(model, sequences, "cpu", arm, off.own, size, **how)
 
 
 def test_dwell_at_batch_one_is_batch_one_decoding(model, sequences, batch_one):

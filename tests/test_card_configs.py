@@ -14,7 +14,8 @@ import pytest
 from conftest import REPO, moecache, snakemake
 
 from moecache import config as configs
-from moecache.model import fit, plan
+from moecache.plan import fit
+from moecache.schedule import plan
 
 GIB = 2**30
 CARDS = sorted((REPO / "config" / "cards").glob("*.yaml"))

@@ -14,8 +14,8 @@ from moecache.errors import MoecacheError
 from moecache.policies import ZOO, make
 from moecache.policies.kernels import CompiledEventPolicy
 from moecache.policies.pools import Pools
+from moecache.records.demand import Demand, padded
 from moecache.replay import engine
-from moecache.replay.demand import Demand, padded
 
 
 @st.composite

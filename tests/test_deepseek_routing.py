@@ -13,7 +13,8 @@ import torch
 
 from moecache.controller.mixture import ControlledBlock
 from moecache.controller.train import new_heads
-from moecache.model import plan, registry, routing, tiny
+from moecache.model import registry, routing, tiny
+from moecache.schedule import plan
 
 ARCH = {
     "hidden_size": 32,

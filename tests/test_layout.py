@@ -47,9 +47,10 @@ def test_one_folder_per_rule_file():
 
 def test_replay_runs_without_torch():
     code = (
-        "import sys, pkgutil, importlib, moecache.replay as r\n"
-        "for m in pkgutil.iter_modules(r.__path__):\n"
-        "    importlib.import_module(f'moecache.replay.{m.name}')\n"
+        "import sys, pkgutil, importlib, moecache.replay as r, moecache.records as d\n"
+        "for p in (r, d):\n"
+        "    for m in pkgutil.iter_modules(p.__path__):\n"
+        "        importlib.import_module(f'{p.__name__}.{m.name}')\n"
         "import moecache.harness.trace, moecache.policies\n"
         "print('torch' in sys.modules)"
     )

@@ -20,8 +20,8 @@ from moecache.learned import fit, labels, stage
 from moecache.policies import learned_features as features
 from moecache.policies import scorers
 from moecache.policies.learned import Learned
+from moecache.records.demand import Demand
 from moecache.replay import engine
-from moecache.replay.demand import Demand
 
 LEARN = {
     "capacity": 4,

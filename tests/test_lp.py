@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
+from moecache.records.demand import PAD, Demand
 from moecache.replay import bound, lp
 from moecache.replay.bound import farthest_future
-from moecache.replay.demand import PAD, Demand
 from moecache.replay.optimum import KINDS, exact_insertions, generate
 
 CONFIGS = [Path(__file__).parents[1] / "config" / name for name in ("config.yaml", "olmoe.yaml")]

@@ -19,8 +19,10 @@ from test_policies import LOSSLESS, router_probs, simulate, uniform_probs
 
 from moecache.harness import trace
 from moecache.policies import make
+from moecache.records.demand import Demand, padded
+from moecache.records.trace import read_demand as read_traced
+from moecache.records.trace import read_futures
 from moecache.replay import engine
-from moecache.replay.demand import Demand, padded
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -153,9 +155,9 @@ def test_traces_keep_the_request_order(tmp_path):
     ]
     path = tmp_path / "trace.parquet"
     trace.write(rows, path, {})
-    demand = trace.read_demand(path)
+    demand = read_traced(path)
     assert demand.requests[0].tolist() == [[2, 1], [0, 3], [3, 2]]
-    assert trace.read_futures(path, [1])[1] == [[[2, 1], [0, 3], [3, 2]]]
+    assert read_futures(path, [1])[1] == [[[2, 1], [0, 3], [3, 2]]]
 
 
 def test_farthest_future_follows_the_run_not_the_recorded_order():

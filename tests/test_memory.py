@@ -18,8 +18,10 @@ from conftest import REPO, load_yaml
 
 from moecache import config as configs
 from moecache.harness import decode, gates, jobs, placement, runs
-from moecache.model import memory, plan, registry, tiny
+from moecache.model import memory, registry, tiny
 from moecache.model.memory import LEDGER
+from moecache.schedule import plan
+from moecache.schedule import runs as schedule
 
 # Every config with a model (a trace study, config/trace.yaml, has none to hold).
 CONFIGS = sorted(p for p in (REPO / "config").glob("*.yaml") if "model" in load_yaml(p))
@@ -145,14 +147,19 @@ def test_each_run_holds_its_own_capacity_and_the_shared_storage_its_largest(smok
     settings = smoke_config
     shard = next(iter(settings["corpus"]["heldout"]["shards"]))
     planned = runs.plan_shard(settings, shard, shard)
-    shared, groups = runs.slot_layout(planned)
+    shared, groups = schedule.slot_layout(planned)
+    # `moecache plan` sizes the job from the same runs, without building their policies.
+    assert schedule.slot_layout(schedule.shard_slots(settings, shard, shard, True)) == (
+        shared,
+        groups,
+    )
     num_experts = settings["model"]["architecture"]["num_experts"]
     assert shared == num_experts  # the smoke config keeps its all-resident reference
     scaled = [run for run in planned.values() if run.multiplier > 1]
     assert groups and all(g % settings["harness"]["capacity"] == 0 for g in groups)
     assert all(run.capacity < num_experts for run in scaled)
     without = {label: run for label, run in planned.items() if run.spec["policy"] != "all"}
-    assert runs.slot_layout(without)[0] == max(run.capacity for run in without.values())
+    assert schedule.slot_layout(without)[0] == max(run.capacity for run in without.values())
 
 
 def test_a_reference_the_device_cannot_hold_is_left_out_in_one_line(smoke_config, capsys):

@@ -23,6 +23,7 @@ from moecache.harness.overlapped_block import overlapped, rule_victims
 from moecache.harness.pool import HostExperts
 from moecache.model import tiny
 from moecache.policies import Plan
+from moecache.records.trace import read_demand as read_traced
 from moecache.replay import bound
 
 LAYERS, EXPERTS, TOP_K, CAPACITY = [1, 2], 16, 4, 8
@@ -148,7 +149,7 @@ def test_insertions_stay_at_or_above_the_lp_bound(model, sequences, tmp_path):
     results = run(model, sequences, base_and(*arms))
     path = tmp_path / "lru.parquet"
     trace.write(results["lru"]["trace"], path, {})
-    fewest = bound.lp_optimum(trace.read_demand(path), CAPACITY).copies.sum()
+    fewest = bound.lp_optimum(read_traced(path), CAPACITY).copies.sum()
     for name, *_ in arms:
         inserted = sum(r["fills"] + r["steady"] for r in results[name]["sequences"])
         assert inserted >= fewest, name

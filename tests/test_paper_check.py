@@ -15,7 +15,8 @@ from safetensors import safe_open
 from moecache.errors import MoecacheError
 from moecache.harness import gpu_check, paper_check, runs
 from moecache.harness.check_models import paper_checkpoint
-from moecache.model import checkpoint, plan
+from moecache.model import checkpoint
+from moecache.schedule import plan
 
 OLMOE = {
     "hidden_size": 64,

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from conftest import REPO, load_yaml, moecache, snakemake
 
-from moecache.model import plan, registry
+from moecache.model import registry
+from moecache.schedule import plan
 
 MIB = 2**20
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from moecache.records.demand import Demand, from_arrays, padded
 from moecache.replay import bound, engine, flat, optimum
-from moecache.replay.demand import Demand, from_arrays, padded
 
 
 def generated(seed: int, kind: str, streams=4, tokens=120, experts=16, k=4) -> Demand:

@@ -18,8 +18,9 @@ from conftest import REPO, moecache
 from moecache import cli
 from moecache import config as configs
 from moecache.errors import MoecacheError
-from moecache.model import fit, plan
+from moecache.plan import fit
 from moecache.replay import convert
+from moecache.schedule import plan
 
 GIB = 2**30
 QWEN3 = REPO / "config" / "qwen3-30b-a3b.yaml"

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from moecache import policies
 from moecache.errors import MoecacheError
-from moecache.harness import batched, decode, gates
+from moecache.harness import batched_runs, decode, gates
 from moecache.harness.union_block import UnionBlock
+from moecache.records.demand import PAD, Demand, padded
 from moecache.replay import batch as replay_batch
-from moecache.replay.demand import PAD, Demand, padded
 from moecache.replay.engine import parse_rule
 
 PREFILL = 4
@@ -33,7 +33,7 @@ def run_prefilled(model, sequences, rule, capacity, size, width, futures, prefil
 
     with decode.offloaded(model, LAYERS, capacity, "cpu", 1) as off:
         arm = off.arm(rule, make, capacity, block=UnionBlock)
-        return batched.decode_batched(
+        return batched_runs.decode_batched(
             model, sequences, "cpu", arm, off.own, size, futures, prefill=prefill
         )
 

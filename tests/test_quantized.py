@@ -24,7 +24,8 @@ from safetensors import safe_open
 
 from moecache.errors import MoecacheError
 from moecache.harness import decode, gates
-from moecache.model import checkpoint, plan, quantized, registry, tiny, tiny_quantized
+from moecache.model import checkpoint, quantized, registry, tiny, tiny_quantized
+from moecache.schedule import plan
 
 sys.path.insert(0, str(Path(__file__).parent / "rehearsal"))
 import build as rehearsal  # noqa: E402
@@ -286,7 +287,9 @@ def test_a_checkpoint_missing_a_stored_tensor_is_refused(saved, tmp_path):
     save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
     model = reference(folder)
     with pytest.raises(MoecacheError, match=f"checkpoint has no tensor {gone}"):
-        quantized.stored_experts(broken, registry.of(model), model, LAYERS)
+        quantized.stored_experts(
+            broken, checkpoint.read_config(broken), registry.of(model), model, LAYERS
+        )
 
 
 def test_quantized_bytes_follow_the_formats_documented_sizes():

@@ -20,8 +20,8 @@ from test_policies import LOSSLESS, router_probs, simulate
 from moecache.errors import MoecacheError
 from moecache.policies import ZOO, make
 from moecache.policies.farthest_future import next_requests
+from moecache.records.demand import Demand, from_arrays, padded, read_jsonl
 from moecache.replay import bound, engine, optimum, reference
-from moecache.replay.demand import Demand, from_arrays, padded, read_jsonl
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -360,8 +360,8 @@ def test_replay_agrees_with_the_closed_loop_harness(smoke_run):
     steady copies exactly, at every copy multiplier."""
     from conftest import SMOKE, load_yaml
 
-    from moecache.harness.trace import read_demand as read_trace
     from moecache.policies import POLICIES, EvictionPolicy
+    from moecache.records.trace import read_demand as read_trace
 
     config = load_yaml(SMOKE)
     harness = config["harness"]
@@ -445,7 +445,7 @@ def test_every_zoo_rule_replays_a_trace_and_a_demand_file(tmp_path, smoke_run):
     JSON-lines demand file; the trace's counts equal stepping the rule directly."""
     from conftest import SMOKE, load_yaml
 
-    from moecache.harness.trace import read_demand
+    from moecache.records.trace import read_demand
 
     rules = [arg for name in ZOO for arg in ("--rule", name)]
     demand_file = write_lines(tmp_path / "d.jsonl", STREAMS)

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from moecache.records.demand import from_arrays
 from moecache.replay import convert, engine, tracefile
-from moecache.replay.demand import from_arrays
 
 
 def hook_log(requests: np.ndarray, names) -> list[dict]:

@@ -27,7 +27,8 @@ from moecache.policies.pools import Pools
 def replay_modules():
     """The replay engine and Demand, under their names after or before the package move."""
     try:
-        from moecache.replay import demand, engine
+        from moecache.records import demand
+        from moecache.replay import engine
     except ImportError:
         from moecache import demand
         from moecache import replay as engine

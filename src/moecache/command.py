@@ -54,8 +54,8 @@ def provenance_of(settings):
 
 
 def read_demand(args):
-    from moecache.harness import trace
-    from moecache.replay import demand, tracefile
+    from moecache.records import demand, trace
+    from moecache.replay import tracefile
 
     if args.trace:
         if tracefile.header(args.trace) is not None:  # the versioned trace anyone can write

@@ -24,6 +24,20 @@ class ConfigError(MoecacheError):
 # How the decode stage splits into jobs (harness.fan_out): one per shard, every run
 # interleaved in it (the default), or one per run x multiplier x shard.
 FAN_OUTS = ("shard", "run")
+# The exact optimum (replay/optimum.py) holds 2^N resident sets: its sweep takes N <= this.
+MAX_EXPERTS = 16
+
+
+def run_multipliers(run: dict) -> list[int]:
+    """A harness run's copy multipliers: its `multipliers`, by default [1] (the machine's own
+    link). The one place the default is written; everything reads it here."""
+    return run.get("multipliers", [1])
+
+
+def run_shards(run: dict, config: dict) -> list[str]:
+    """The held-out shards a harness run decodes: its `shards`, by default every held-out
+    shard of `config`. The one place the default is written; everything reads it here."""
+    return run.get("shards", list(config["corpus"]["heldout"]["shards"]))
 
 
 def fan_out(config: dict) -> str:
@@ -158,7 +172,7 @@ def check_runs(config: dict) -> None:
             f"config key harness.trace_run: {harness['trace_run']!r} restricts routing; the "
             "replay and the farthest-future runs need a lossless run's demand"
         )
-    if not any(first in run.get("shards", shards) for run in harness["runs"].values()):
+    if not any(first in run_shards(run, config) for run in harness["runs"].values()):
         raise ConfigError(
             f"config key harness.runs: no run decodes the first shard {first!r}, which "
             "Table 1 and Figure 1 read"
@@ -182,14 +196,14 @@ def check_runs(config: dict) -> None:
         for shard in run.get("shards", []):
             if shard not in shards:
                 raise ConfigError(f"{where}.shards: no held-out shard {shard!r}")
-        scaled = [m for m in run.get("multipliers", [1]) if m > 1]
-        if scaled and first not in run.get("shards", shards):
+        scaled = [m for m in run_multipliers(run) if m > 1]
+        if scaled and first not in run_shards(run, config):
             raise ConfigError(
                 f"{where}.multipliers: copy multipliers above 1 run on the first shard "
                 f"{first!r}, which this run does not decode"
             )
         if needs_trace(policy, run, where):
-            if not set(run.get("shards", shards)) <= set(trace.get("shards", shards)):
+            if not set(run_shards(run, config)) <= set(run_shards(trace, config)):
                 raise ConfigError(f"{where}.shards: {harness['trace_run']} has no trace there")
 
 
@@ -243,7 +257,7 @@ def check_batched(config: dict) -> None:
                 f"{where}.runs: {name!r} reads the router; batched decoding runs lossless "
                 "rules that do not, Dwell-k and Static"
             )
-        if first not in run.get("shards", [first]):
+        if first not in run_shards(run, config):
             raise ConfigError(f"{where}.runs: {name!r} does not decode the first shard {first!r}")
         if run.get("overlap"):
             raise ConfigError(f"{where}.runs: {name!r} overlaps its copies (batch one only)")
@@ -272,8 +286,6 @@ def check_replay(config: dict) -> None:
 
 def check_replay_shapes(replay: dict) -> None:
     """The sweep's shapes the exact search can take; a benchmark pool that serves a token."""
-    from moecache.replay.optimum import MAX_EXPERTS
-
     where = "config key replay"
     low, high = replay["optimum"]["tokens"]
     if low > high:
@@ -377,7 +389,7 @@ def load(path: str | Path) -> dict:
 
 def check_learned(config: dict) -> None:
     """Enough sequences to fit and validate on, and closed-loop scorers the stage trains."""
-    from moecache.learned import groups
+    from moecache.records import scorer_groups as groups
 
     learned = config.get("learned")
     if learned is None:

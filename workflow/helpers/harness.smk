@@ -3,35 +3,23 @@
 import os
 
 from moecache.runs import LABEL_PATTERN, batch_shapes
+from moecache.schedule import runs as schedule
 
 FAN_OUT = configs.fan_out(config)
 
 
-def reference_left_out():
-    """Why the all-resident runs are not decoded (harness.device_gib too small for them,
-    the package's own answer, model/plan.py), or None."""
+def reference_kept():
+    """Whether the all-resident runs are decoded (harness.device_gib may be too small for
+    them: the package's own answer, schedule/plan.py; its import loads torch, so only then)."""
     if "device_gib" not in config["harness"]:
-        return None
-    from moecache.model.plan import reference_left_out as left_out
+        return True
+    from moecache.schedule.plan import reference_left_out
 
-    return left_out(config)
-
-
-LEFT_OUT = reference_left_out()
+    return reference_left_out(config) is None
 
 
-def decoded_runs():
-    """(shard, run name) of every results file: each run x shard at 1x, and each run x
-    multiplier on the first shard (slower copies rank the policies on the main shard, as
-    in the paper); not the all-resident runs where the device cannot hold them."""
-    return [
-        (shard, RunName(name, m))
-        for name, run in RUNS.items()
-        for shard in run.get("shards", SHARDS)
-        for m in run.get("multipliers", [1])
-        if (m == 1 or shard == FIRST_SHARD)
-        and not (LEFT_OUT and run["policy"] == "all")
-    ]
+# (shard, run name) of every results file, as the decode jobs decode them (schedule/runs.py).
+DECODED = schedule.decoded(config, reference_kept())
 
 
 def results_file(shard, name):
@@ -39,25 +27,21 @@ def results_file(shard, name):
 
 
 def decode_outputs():
-    return [results_file(shard, name) for shard, name in decoded_runs()]
+    return [results_file(shard, name) for shard, name in DECODED]
 
 
 def runs_at_1x(shard):
-    """Every run's 1x results on `shard`."""
+    """Every run's 1x results on `shard` (the all-resident ones too)."""
     return [
-        results_file(shard, RunName(name))
-        for name, run in RUNS.items()
-        if shard in run.get("shards", SHARDS)
+        results_file(s, name)
+        for s, name in schedule.decoded(config, True)
+        if s == shard and name.multiplier == 1
     ]
 
 
 def scaled_runs():
     """The first shard's runs at copy multipliers above 1."""
-    return [
-        results_file(shard, name)
-        for shard, name in decoded_runs()
-        if name.multiplier != 1
-    ]
+    return [results_file(shard, name) for shard, name in DECODED if name.multiplier != 1]
 
 
 def link_check_outputs():
@@ -72,7 +56,7 @@ def controller_heads_of_runs(shard):
         {
             run["params"]["weights"]
             for run in RUNS.values()
-            if run["policy"] == "controller" and shard in run.get("shards", SHARDS)
+            if run["policy"] == "controller" and shard in configs.run_shards(run, config)
         }
     )
 

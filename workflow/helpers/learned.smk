@@ -1,8 +1,8 @@
 # Learned eviction's scorer groups, traces and closed-loop folders, for learned.smk and
 # the tables.
-from moecache.learned import groups as learned_groups
+from moecache.records import scorer_groups as learned_groups
 
-# The groups are those of moecache.learned.groups. Without a `learned` section these
+# The groups are those of moecache.records.scorer_groups. Without a `learned` section these
 # helpers give nothing, so none of its jobs is ever needed.
 LEARNED = config.get("learned")
 

@@ -29,7 +29,7 @@ if BATCH_SIZES and config["replay"].get("batch_sizes"):
     PAPER_OUTPUTS += ["figures/table_batching.md", "figures/fig_batching.pdf"]
 # The overlap figure, where some run overlaps its copies on the first shard (docs/overlap.md).
 if any(
-    run.get("overlap") and FIRST_SHARD in run.get("shards", SHARDS)
+    run.get("overlap") and FIRST_SHARD in configs.run_shards(run, config)
     for run in RUNS.values()
 ):
     PAPER_OUTPUTS += ["figures/fig_overlap.pdf"]

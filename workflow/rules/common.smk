@@ -61,4 +61,4 @@ BANDWIDTH = f"results/bandwidth/{DEVICE_TAG}.json"  # this machine's copy time
 TRACE_RUN = config["harness"]["trace_run"]
 TRACE = f"results/traces/{{shard}}/{RunName(TRACE_RUN)}.parquet"
 TRACE_CAPACITY = RUNS[TRACE_RUN].get("capacity", config["harness"]["capacity"])
-TRACE_SHARDS = RUNS[TRACE_RUN].get("shards", SHARDS)
+TRACE_SHARDS = configs.run_shards(RUNS[TRACE_RUN], config)

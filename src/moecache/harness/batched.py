@@ -1,7 +1,7 @@
 """Batched teacher-forced decoding with the KV cache: B sequences step through the model
 together, each layer's pooled block serving the union of their experts (union_block.py).
 
-Batching as the batched replay defines it (replay/batch.py, docs/batching.md):
+Batching as the batched replay defines it (records/batch.py, docs/batching.md):
 - static (here): the sequences B at a time in order, aligned at their first token; a
   sequence that ends leaves the batch (its rows of the KV cache are dropped), and the batch
   ends with its longest; each batch starts with an empty pool.
@@ -40,8 +40,8 @@ from moecache.harness.timing import Stopwatch
 from moecache.policies import EvictionPolicy
 from moecache.policies.all_resident import AllResident
 from moecache.policies.scheduled import ScheduledPolicy
-from moecache.replay import batch as replay_batch
-from moecache.replay.demand import Demand, padded
+from moecache.records import batch as geometry
+from moecache.records.demand import Demand, padded
 
 
 def refusal(policy) -> str | None:
@@ -95,57 +95,14 @@ def check_shape(sequences, size: int, batching: str, prefill: int) -> None:
     """One line for a batch size, batching or prefill the harness cannot decode."""
     if size < 1:
         raise MoecacheError(f"--batch {size}: must be at least 1")
-    if batching not in replay_batch.MODES:
-        raise MoecacheError(f"--batching {batching}: known are {', '.join(replay_batch.MODES)}")
+    if batching not in geometry.MODES:
+        raise MoecacheError(f"--batching {batching}: known are {', '.join(geometry.MODES)}")
     if prefill and batching != "static":
         raise MoecacheError(f"--prefill {prefill}: defined for static batching only")
     if prefill < 0 or any(len(ids) <= prefill for ids in sequences):
         raise MoecacheError(
             f"--prefill {prefill}: must be at least 0, and every sequence longer than it"
         )
-
-
-def decode_batched(
-    model,
-    sequences,
-    device,
-    arm: decode.Arm,
-    own: dict,
-    size: int,
-    futures=None,
-    seed=0,
-    prefill=0,
-    batching="static",
-) -> dict:
-    """Every sequence under `arm` (built with union_block.UnionBlock), `size` at a time
-    with `batching` ("static" or "continuous"), each static batch's first `prefill` tokens
-    in one forward; `own`: the model's own blocks, put back afterwards.
-    `futures[layer][sequence]`: batch-one demand, for rules that read ahead."""
-    from moecache.harness import continuous
-
-    check_shape(sequences, size, batching, prefill)
-    check_arm(arm, size)
-    if any(block.policy.needs_future for block in arm.blocks.values()) and futures is None:
-        raise MoecacheError(f"run {arm.name}: reads ahead, and no batch-one demand was given")
-    run = continuous.stream if batching == "continuous" else batches
-    decode.use(model, arm, own)
-    try:
-        seq_rows, batch_rows, trace = run(model, sequences, device, arm, (size, prefill), futures)
-    finally:
-        decode.use(model, decode.Arm("own", {}), own)
-    for row in seq_rows:
-        row["nll"] = row["nll_sum"] / row["scored"]
-    totals = decode.totals(batch_rows, 1, seed)
-    if prefill:  # the prefill's copies and seconds, apart from decoding's
-        for key in ("prefill_copies", "prefill_rounds", "prefill_seconds"):
-            totals[key] = sum(row[key] for row in batch_rows)
-    shape = (size, prefill, batching)
-    return {
-        "sequences": seq_rows,
-        "batches": batch_rows,
-        "totals": {**totals, "batch": described(shape, trace, arm, batch_rows)},
-        "trace": trace,
-    }
 
 
 def batches(model, sequences, device, arm: decode.Arm, shape: tuple[int, int], futures):
@@ -191,20 +148,20 @@ def described(shape, trace: list[dict], arm: decode.Arm, batch_rows: list[dict])
 
 def union_futures(futures: dict, members: list[int], placed: list, shape, experts: int) -> dict:
     """Per layer the stream's union demand [T, W] from the members' batch-one demand, built
-    by the batched replay itself (replay.batch.collapse for the prefill, replay.batch.union,
+    by the batched replay itself (records.batch.collapse for the prefill, records.batch.union,
     then its future's padding); `placed`: each member's (slot, first step); `shape`: (B, P)."""
     size, prefill = shape
     out = {}
     for layer, per_sequence in futures.items():
         tokens = [np.asarray(per_sequence[i], dtype=np.int64) for i in members]
         if prefill:
-            tokens = [replay_batch.collapse(t, prefill) for t in tokens]
+            tokens = [geometry.collapse(t, prefill) for t in tokens]
         requests, lengths = padded(tokens, tokens[0].shape[1])
         names = [str(i) for i in members]
         demand = Demand(names, names, requests, lengths, experts)
         group = [(s, slot, at) for s, (slot, at) in enumerate(placed)]
-        rows = replay_batch.union(demand, group, size)
-        out[layer] = replay_batch.future(rows)[0]
+        rows = geometry.union(demand, group, size)
+        out[layer] = geometry.future(rows)[0]
     return out
 
 

@@ -22,10 +22,12 @@ import numpy as np
 
 from moecache import provenance
 from moecache.errors import MoecacheError
-from moecache.harness import batched, decode, gates, link, trace
+from moecache.harness import batched, continuous, decode, gates, link
 from moecache.harness.union_block import UnionBlock
 from moecache.intervals import bootstrap_ratio
+from moecache.model.memory import ring_mib
 from moecache.policies.all_resident import AllResident
+from moecache.records import trace
 from moecache.runs import BatchShape, batch_shapes
 
 
@@ -94,7 +96,7 @@ def decode_shapes(settings, model, sequences, trace_path, planned: list) -> dict
         layers,
         max(capacities.values()),
         device,
-        link.ring_mib(harness),
+        ring_mib(harness),
         slots=harness["capacity"] * len(layers),
         link=link.configured(harness),
     ) as off:
@@ -114,7 +116,7 @@ def decode_shapes(settings, model, sequences, trace_path, planned: list) -> dict
                 )
                 arm = off.arm(name, make, capacities[name], block=UnionBlock)
                 reads = any(b.policy.needs_future for b in arm.blocks.values())
-                results[shape, name] = batched.decode_batched(
+                results[shape, name] = decode_batched(
                     model,
                     cut_sequences,
                     device,
@@ -220,3 +222,44 @@ def write(settings, shard, planned, results: dict, out_dir, only=None) -> list[P
             provenance.write_results(path, body, settings, device)
             written.append(path)
     return written
+
+
+def decode_batched(
+    model,
+    sequences,
+    device,
+    arm: decode.Arm,
+    own: dict,
+    size: int,
+    futures=None,
+    seed=0,
+    prefill=0,
+    batching="static",
+) -> dict:
+    """Every sequence under `arm` (built with union_block.UnionBlock), `size` at a time
+    with `batching` ("static" or "continuous"), each static batch's first `prefill` tokens
+    in one forward; `own`: the model's own blocks, put back afterwards.
+    `futures[layer][sequence]`: batch-one demand, for rules that read ahead."""
+    batched.check_shape(sequences, size, batching, prefill)
+    batched.check_arm(arm, size)
+    if any(block.policy.needs_future for block in arm.blocks.values()) and futures is None:
+        raise MoecacheError(f"run {arm.name}: reads ahead, and no batch-one demand was given")
+    run = continuous.stream if batching == "continuous" else batched.batches
+    decode.use(model, arm, own)
+    try:
+        seq_rows, batch_rows, trace = run(model, sequences, device, arm, (size, prefill), futures)
+    finally:
+        decode.use(model, decode.Arm("own", {}), own)
+    for row in seq_rows:
+        row["nll"] = row["nll_sum"] / row["scored"]
+    totals = decode.totals(batch_rows, 1, seed)
+    if prefill:  # the prefill's copies and seconds, apart from decoding's
+        for key in ("prefill_copies", "prefill_rounds", "prefill_seconds"):
+            totals[key] = sum(row[key] for row in batch_rows)
+    shape = (size, prefill, batching)
+    return {
+        "sequences": seq_rows,
+        "batches": batch_rows,
+        "totals": {**totals, "batch": batched.described(shape, trace, arm, batch_rows)},
+        "trace": trace,
+    }

@@ -1,8 +1,8 @@
-"""Continuous batching in the harness, as replay.batch.places defines it: B slots; a
+"""Continuous batching in the harness, as records.batch.places defines it: B slots; a
 sequence that ends frees its slot and the next sequence (in order) takes it at once, the
 earliest free slot first, the lower slot on ties. One pool and one policy stream per layer
 for the whole shard (reset once); the rows of each step are the running sequences in slot
-order, so each layer's union is built slot after slot, as replay.batch.union builds it.
+order, so each layer's union is built slot after slot, as records.batch.union builds it.
 
 The KV cache: rows of different ages share one transformers DynamicCache (RaggedCache). A
 joining row gets zero keys and values for the positions cached before it joined, hidden by
@@ -23,14 +23,14 @@ import torch
 
 from moecache.harness import batched, decode
 from moecache.harness.timing import Stopwatch
-from moecache.replay import batch as replay_batch
+from moecache.records import batch as geometry
 
 
 def stream(model, sequences, device, arm: decode.Arm, shape: tuple[int, int], futures):
     """Rows per sequence, the stream's one row (batch 0), the union trace; `shape`: (B, 0)."""
     size, _ = shape
     lengths = [len(ids) for ids in sequences]
-    placed = [(slot, at) for _, slot, at in replay_batch.places(lengths, size, "continuous")]
+    placed = [(slot, at) for _, slot, at in geometry.places(lengths, size, "continuous")]
     members = list(range(len(sequences)))
     future = None
     if futures is not None:

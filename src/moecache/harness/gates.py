@@ -15,6 +15,7 @@ from moecache.errors import MoecacheError
 from moecache.harness import decode, link
 from moecache.intervals import bootstrap_ratio
 from moecache.model import registry
+from moecache.model.memory import ring_mib
 from moecache.records.gates import BATCHED_TOLERANCE, POOL_TOLERANCE
 
 MIN_THROUGHPUT_RATIO = 0.95
@@ -23,7 +24,7 @@ GATE_REPEATS = 3
 
 def lossless_runs(capacity: int, num_experts: int, reference=True) -> dict[str, tuple[dict, int]]:
     """The gates' lossless runs; `reference`: with the pool at C = N (where the device holds
-    it: model/plan.py reference_left_out)."""
+    it: schedule/plan.py reference_left_out)."""
     runs = {
         "lru": ({"policy": "lru"}, capacity),
         "dwell-1-window-1": ({"policy": "dwell", "params": {"k": 1, "window": 1}}, capacity),
@@ -39,7 +40,7 @@ def run(model, sequences, harness: dict, seed: int = 0, left_out: str | None = N
     sizes = registry.of(model).sizes(model.config)
     num_experts, top_k = sizes.num_experts, sizes.num_experts_per_tok
     runs = lossless_runs(harness["capacity"], num_experts, left_out is None)
-    ring = link.ring_mib(harness)
+    ring = ring_mib(harness)
     slots = harness["capacity"] * len(layers)
     kind = link.configured(harness)
     # One slot storage for every gate run, decoded one after another; the own-block arm's

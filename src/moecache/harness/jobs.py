@@ -25,9 +25,10 @@ from moecache.harness import (
     profile,
     runs,
 )
-from moecache.model import checkpoint, plan, registry
-from moecache.model.memory import LEDGER
+from moecache.model import checkpoint, registry
+from moecache.model.memory import LEDGER, ring_mib
 from moecache.runs import RunName
+from moecache.schedule import plan
 
 
 def load(settings: dict, model_source: str, sequences_path):
@@ -69,7 +70,7 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
         [adapter.layer_experts(model, harness["restricted_layers"][0])],
         device,
         [1],
-        link.ring_mib(harness),
+        ring_mib(harness),
         capacity=harness["capacity"],
         link=link.configured(harness),
     )
@@ -214,7 +215,7 @@ def run_bandwidth(settings, model_source, out) -> dict:
         experts,
         harness["device"],
         link.multipliers(harness),
-        link.ring_mib(harness),
+        ring_mib(harness),
         capacity=harness["capacity"],
         link=link.configured(harness),
     )
@@ -230,6 +231,6 @@ def run_link_check(settings, model_source, sequences_path, out) -> dict:
     tokens = harness.get("link_check_tokens", 96)
     sequences = [ids[:tokens] for ids in sequences[: harness.get("link_check_sequences", 4)]]
     arch = settings["model"]["architecture"]
-    ring = link.ring_mib(harness)
+    ring = ring_mib(harness)
     report = link_check.run(model, sequences, harness, arch, ring, settings["seed"])
     return provenance.write_results(out, report, settings, harness["device"])

@@ -37,17 +37,8 @@ import time
 
 import torch
 
-from moecache.errors import MoecacheError
-from moecache.model.memory import DEVICE, HOST, LEDGER
-
-KINDS = ("auto", "ring", "charge", "hold")
-HOST_CLOCK = ("charge", "hold")  # kinds that time copies on the host clock: CPU only
-DEFAULT_RING_MIB = 128
-
-
-def ring_mib(harness: dict) -> int:
-    """The host ring's size in MiB (`harness.link_ring_mib`)."""
-    return harness.get("link_ring_mib", DEFAULT_RING_MIB)
+from moecache.config import run_multipliers
+from moecache.model.memory import DEVICE, HOST, HOST_CLOCK, LEDGER, ring_blocks, slow_link_kind
 
 
 def configured(harness: dict) -> str:
@@ -58,7 +49,7 @@ def configured(harness: dict) -> str:
 def multipliers(harness: dict) -> list[int]:
     """Every copy multiplier the runs of a harness config use, 1 included, ascending."""
     runs = harness["runs"].values()
-    return sorted({1, *(m for spec in runs for m in spec.get("multipliers", [1]))})
+    return sorted({1, *(m for spec in runs for m in run_multipliers(spec))})
 
 
 def spin_until(deadline: float) -> None:
@@ -67,32 +58,11 @@ def spin_until(deadline: float) -> None:
         pass
 
 
-def resolve(kind: str, device) -> str:
-    """`auto` as the device's kind: `ring` on CUDA, `charge` on a CPU."""
-    device = torch.device(device)
-    if kind not in KINDS:
-        raise MoecacheError(f"harness.slow_link: {kind!r} is not one of {', '.join(KINDS)}")
-    if kind == "auto":
-        return "ring" if device.type == "cuda" else "charge"
-    if kind in HOST_CLOCK and device.type == "cuda":
-        raise MoecacheError(
-            f"harness.slow_link: {kind} times each copy on the host clock, but CUDA copies "
-            "are queued asynchronously: use ring (or auto) on a GPU"
-        )
-    return kind
-
-
-def ring_blocks(ring_mib: int, expert_bytes: int, device_blocks: int) -> tuple[int, int]:
-    """The rings' sizes in experts, (host, device): the host ring at least `ring_mib` MiB,
-    the device ring one block a slot; two each at least. `moecache plan` sizes them by it."""
-    return max(2, -(-ring_mib * 2**20 // expert_bytes)), max(2, device_blocks)
-
-
 class SlowLink:
     def __init__(self, expert, device, ring_mib: int, pin: bool, device_blocks: int, kind="auto"):
         """`expert`: one expert's weight tensors (shapes and dtypes: HostExperts.first_expert);
         for a ring, a host ring of `ring_mib` MiB and a device ring of `device_blocks` experts."""
-        self.kind = resolve(kind, device)
+        self.kind = slow_link_kind(kind, device)
         # nbytes: what the link holds on the device (its device ring), host_bytes: on the host.
         self.non_blocking, self.at, self.nbytes, self.host_bytes = pin, 0, 0, 0
         if self.kind in HOST_CLOCK:

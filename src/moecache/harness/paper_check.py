@@ -30,9 +30,10 @@ import yaml
 
 from moecache.harness import gates, jobs, runs
 from moecache.harness.check_models import paper_checkpoint, smoke_sequences
-from moecache.model import checkpoint, plan, registry
+from moecache.model import checkpoint, registry
 from moecache.model.memory import LEDGER
 from moecache.runs import RunName
+from moecache.schedule import plan
 
 CONFIGS = Path(__file__).resolve().parents[3] / "config"
 PLAN_SHARE = 0.05  # the accountant's peaks against the plan's, as tests/test_memory.py

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from moecache.harness import decode
-from moecache.model import plan
+from moecache.schedule import plan
 
 
 def pooled_memory(model, layers, capacity: int, device: str, ring_mib: int) -> dict:

@@ -19,14 +19,19 @@ from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.harness import decode, gates, link, overlap, trace
 from moecache.harness.overlapped_block import overlapped, refuse_unranked
-from moecache.model.memory import LEDGER, device_total_bytes
-from moecache.model.plan import reference_device_bytes, reference_left_out
-from moecache.policies.all_resident import AllResident
+from moecache.model.memory import LEDGER, device_total_bytes, ring_mib
 from moecache.records.io import write_run
 from moecache.records.run import RunResult, SequenceRow
 from moecache.runs import RunName
-
-RESIDENT = AllResident.name  # the all-resident policy: a 1x run's reference under fan_out `run`
+from moecache.schedule.plan import reference_device_bytes, reference_left_out
+from moecache.schedule.runs import (
+    RESIDENT,
+    capacity_of,
+    kept_runs,
+    scaled_groups,
+    shard_runs,
+    slot_layout,
+)
 
 
 @dataclass(frozen=True)
@@ -56,27 +61,15 @@ class Decoded(NamedTuple):
     memory: dict  # what the device held while pooled (Offload.device_bytes)
 
 
-def shard_runs(harness: dict, shard: str, first_shard: str) -> list[tuple[str, int]]:
-    """(run, multiplier) pairs decoded on `shard`: every run at 1x on its shards, and at
-    its other multipliers on the first shard."""
-    pairs = []
-    for name, spec in harness["runs"].items():
-        if shard in spec.get("shards", [shard]):
-            for m in spec.get("multipliers", [1]):
-                if m == 1 or shard == first_shard:
-                    pairs.append((name, m))
-    return pairs
-
-
 def plan_shard(settings: dict, shard: str, first_shard: str) -> dict[str, RunSpec]:
     """The runs `shard` decodes, by label, in harness.runs's order; a bad policy or a
     demand read from a run the shard does not decode refuses with one line."""
     harness = settings["harness"]
-    pairs = shard_runs(harness, shard, first_shard)
+    pairs = shard_runs(settings, shard, first_shard)
     left_out = reference_left_out(settings)
     if left_out:
         print(left_out, file=sys.stderr)
-        pairs = [(n, m) for n, m in pairs if harness["runs"][n]["policy"] != RESIDENT]
+    pairs = kept_runs(harness, pairs, not left_out)
     if not pairs:
         raise MoecacheError(f"shard {shard}: no run of harness.runs decodes it")
     labels = {str(RunName(n, k)) for n, k in pairs}
@@ -99,7 +92,7 @@ def plan_run(
     beside what it needs on its own device: the trace run at 1x when it reads that run's
     demand (on the sequences it decodes), and the all-resident reference for a 1x run."""
     harness = settings["harness"]
-    if (name, multiplier) not in shard_runs(harness, shard, first_shard):
+    if (name, multiplier) not in shard_runs(settings, shard, first_shard):
         raise MoecacheError(
             f"run {name} at {multiplier}x: not decoded on shard {shard} (harness.runs)"
         )
@@ -132,7 +125,7 @@ def resident_spec(settings: dict) -> RunSpec:
 def run_spec(settings: dict, name: str, spec: dict, multiplier: int, limit=None) -> RunSpec:
     """One run at one multiplier; a bad policy or prefetcher refuses with one line."""
     harness, arch = settings["harness"], settings["model"]["architecture"]
-    capacity = spec.get("capacity", harness["capacity"])
+    capacity = capacity_of(harness, spec)
     make = decode.policy_factory(spec, capacity, arch["num_experts"], arch["num_experts_per_tok"])
     block, policy = overlapped_blocks(spec), make()
     if block is not None:  # refused now, before the model loads
@@ -179,7 +172,7 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
         layers,
         slot_layout(runs)[0],
         harness["device"],
-        link.ring_mib(harness),
+        ring_mib(harness),
         slots=harness["capacity"] * len(layers),
         link=link.configured(harness),
     ) as off:
@@ -219,16 +212,6 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
     return Decoded(results, base_nll, twins, memory)
 
 
-def slot_layout(runs: dict[str, RunSpec]) -> tuple[int, list[int]]:
-    """The slots per offloaded layer a decode job allocates, as (the storage its 1x runs
-    share, decoded one after another: their largest C; each scaled group's, held one group
-    at a time once the 1x runs are done: its twin's and each multiplier's C); `moecache
-    plan` sizes the job by the same function."""
-    shared = max((run.capacity for run in runs.values() if run.multiplier == 1), default=0)
-    groups = [(1 + len(group)) * group[0].capacity for group in scaled_groups(runs).values()]
-    return shared, groups
-
-
 def refuse_unfitting_reference(settings: dict, runs: dict[str, RunSpec], model, tokens) -> None:
     """An all-resident run that the device cannot hold fails the job before any slot is
     allocated, in one line saying how to leave it out (`model`'s folder planned for
@@ -261,15 +244,6 @@ def pace(settings: dict) -> tuple[int, int, int]:
     """decode.decode's warm-up tokens, repeats and seed."""
     harness = settings["harness"]
     return harness["warmup_tokens"], harness.get("repeats", 1), settings["seed"]
-
-
-def scaled_groups(runs: dict[str, RunSpec]) -> dict[str, list[RunSpec]]:
-    """Run name -> its runs at a multiplier above 1, in the plan's order."""
-    groups = {}
-    for run in runs.values():
-        if run.multiplier > 1:
-            groups.setdefault(run.name, []).append(run)
-    return groups
 
 
 def decode_scaled(settings, model, sequences, off, group: list[RunSpec], demand) -> dict:

@@ -3,7 +3,7 @@ or, at prefill, the prompt's P tokens of each (the union then spans every row an
 
 Its input rows are the batch's running sequences, in slot order. The layer requests the
 union of their routers' experts: sequence after sequence, each in its router's order,
-repeats dropped, exactly as the batched replay builds it (replay/batch.py).
+repeats dropped, exactly as the batched replay builds it (records/batch.py).
 
 Lossless rules (eviction rules, the all-resident pool): a union wider than the pool's C
 slots is served in the replay's rounds (resident experts first, then the rest, each in
@@ -28,7 +28,7 @@ from moecache.harness.pooled_block import PooledMoeBlock
 from moecache.model.adapter import allowed_mask
 from moecache.model.kernel import per_expert_forward
 from moecache.policies import EvictionPolicy
-from moecache.replay import batch
+from moecache.records import batch
 
 UNION_FIELDS = ("token", "requested", "used", "copied", "rounds", "refreshed")
 
@@ -36,7 +36,7 @@ UNION_FIELDS = ("token", "requested", "used", "copied", "rounds", "refreshed")
 class UnionBlock(PooledMoeBlock):
     def reset(self, future=None) -> None:
         """A new batch: empty pool, fresh rule; `future` [T, W]: the batch's union demand
-        (replay.batch.future's rows), for rules that read ahead."""
+        (records.batch.future's rows), for rules that read ahead."""
         super().reset(future)
         self.future = future
 

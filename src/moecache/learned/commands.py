@@ -39,8 +39,8 @@ def cmd_learned_labels(args):
 
 
 def cmd_learned_fit(args):
-    from moecache.harness import trace
     from moecache.learned import labels, stage
+    from moecache.records import trace
 
     settings = load_settings(args, ("model", "harness", "replay", "learned"))
     demand = trace.read_demand(args.trace, settings["model"]["architecture"]["num_experts"])

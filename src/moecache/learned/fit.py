@@ -19,7 +19,7 @@ import torch
 
 from moecache.policies import learned_features as features
 from moecache.policies.scorers import Scorer
-from moecache.replay.demand import Demand
+from moecache.records.demand import Demand
 
 
 @dataclass
@@ -198,8 +198,8 @@ def learn(kind, feature_set, demand, oracle, fit: Table, valid: Table, settings,
     `permute`, every label is drawn at random among the same candidates (the control).
     Each round records the share of the gap its scorer recovers on the validation streams."""
     from moecache.learned import labels
+    from moecache.records.demand import subset
     from moecache.replay import engine
-    from moecache.replay.demand import subset
 
     capacity = settings["capacity"]
     events, rounds, start = oracle, [], time.monotonic()

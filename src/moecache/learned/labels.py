@@ -12,8 +12,8 @@ import pandas as pd
 from moecache.atomic import atomic_file
 from moecache.errors import MoecacheError
 from moecache.policies.eviction import EvictionPolicy
+from moecache.records.demand import PAD, Demand
 from moecache.replay import engine
-from moecache.replay.demand import PAD, Demand
 
 COLUMNS = ["stream", "name", "sequence", "token", "candidates", "victims", "next_use"]
 

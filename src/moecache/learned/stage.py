@@ -1,7 +1,7 @@
 """The learned stage's jobs, one per rule: record the training trace, label a trace with
 the oracle's choices, fit one scorer, and evaluate every scorer in replay and closed loop.
 
-The groups of scorers are named in learned/groups.py. Held-out sequences are never fitted
+The groups of scorers are named in records/scorer_groups.py. Held-out sequences are never fitted
 on.
 """
 
@@ -13,10 +13,10 @@ import torch
 from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.learned import fit
-from moecache.learned.groups import CONTROL, TRACE_GROUPS, applies, feature_set, group_kinds
 from moecache.policies import scorers
+from moecache.records.demand import Demand, subset
+from moecache.records.scorer_groups import CONTROL, TRACE_GROUPS, applies, feature_set, group_kinds
 from moecache.replay import engine
-from moecache.replay.demand import Demand, subset
 
 
 def record_trace(settings, model_source, tokenizer_source, text_path, out) -> dict:
@@ -182,8 +182,8 @@ def evaluate(
     import json
     from pathlib import Path
 
-    from moecache.harness import trace
     from moecache.policies.learned import Learned
+    from moecache.records import trace
 
     capacity = settings["harness"]["capacity"]
     last = settings["replay"]["heldout_sequences"]

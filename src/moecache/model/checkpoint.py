@@ -108,5 +108,5 @@ def load(
         **kernel,
         **quantized.load_kwargs(config),
     )
-    quantized.stored_experts(source, adapter, model, list(stored_layers))
+    quantized.stored_experts(source, config, adapter, model, list(stored_layers))
     return model.to(device).eval()

@@ -13,7 +13,7 @@ FIT_ONLY = ("host_gib", "bandwidth", "link_gbs", "compute_ms", "compute_from", "
 
 
 def cmd_plan(args):
-    from moecache.model import plan
+    from moecache.schedule import plan
 
     if args.configfile:
         args.config = args.configfile
@@ -38,7 +38,7 @@ def cmd_plan(args):
 
 def plan_fit(args, settings):
     """The largest C with every MoE layer offloaded, its peaks and its ms/token."""
-    from moecache.model import fit
+    from moecache.plan import fit
 
     compute = None
     if args.compute_ms is not None:
@@ -63,7 +63,7 @@ def plan_fit(args, settings):
 
 
 def cmd_plan_table(args):
-    from moecache.model import fit
+    from moecache.plan import fit
 
     if args.jobs:
         if args.bandwidth is not None:

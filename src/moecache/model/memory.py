@@ -16,6 +16,8 @@ import weakref
 
 import torch
 
+from moecache.errors import MoecacheError
+
 DEVICE, HOST = "device", "host"
 
 
@@ -76,6 +78,39 @@ LEDGER = Ledger()
 
 def tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+# The slower link (harness/link.py SlowLink): its kinds and its rings' sizes, by which the
+# link allocates them and `moecache plan` counts them.
+LINK_KINDS = ("auto", "ring", "charge", "hold")
+HOST_CLOCK = ("charge", "hold")  # kinds that time copies on the host clock: CPU only
+DEFAULT_RING_MIB = 128
+
+
+def ring_mib(harness: dict) -> int:
+    """The host ring's size in MiB (`harness.link_ring_mib`)."""
+    return harness.get("link_ring_mib", DEFAULT_RING_MIB)
+
+
+def slow_link_kind(kind: str, device) -> str:
+    """`auto` as the device's kind: `ring` on CUDA, `charge` on a CPU."""
+    device = torch.device(device)
+    if kind not in LINK_KINDS:
+        raise MoecacheError(f"harness.slow_link: {kind!r} is not one of {', '.join(LINK_KINDS)}")
+    if kind == "auto":
+        return "ring" if device.type == "cuda" else "charge"
+    if kind in HOST_CLOCK and device.type == "cuda":
+        raise MoecacheError(
+            f"harness.slow_link: {kind} times each copy on the host clock, but CUDA copies "
+            "are queued asynchronously: use ring (or auto) on a GPU"
+        )
+    return kind
+
+
+def ring_blocks(ring_mib: int, expert_bytes: int, device_blocks: int) -> tuple[int, int]:
+    """The rings' sizes in experts, (host, device): the host ring at least `ring_mib` MiB,
+    the device ring one block a slot; two each at least. `moecache plan` sizes them by it."""
+    return max(2, -(-ring_mib * 2**20 // expert_bytes)), max(2, device_blocks)
 
 
 def device_peak(weights: int, expert: int, slots: int, staged: int, ring: int, kv: int) -> int:

@@ -279,15 +279,14 @@ def checkpoint_folder(source) -> Path:
     return Path(snapshot_download(str(source), allow_patterns=["*.safetensors", "*.json"]))
 
 
-def stored_experts(source, adapter, model, layers) -> dict[int, StoredExperts]:
-    """Replace decoder layers `layers`' routed experts of `model` (loaded from `source`) by
-    their stored tensors, read from the checkpoint's safetensors; nothing for a checkpoint
-    that is not quantized. Returns layer -> StoredExperts."""
-    from moecache.model import checkpoint
-
+def stored_experts(source, config, adapter, model, layers) -> dict[int, StoredExperts]:
+    """Replace decoder layers `layers`' routed experts of `model` (loaded from `source`,
+    whose config.json `config` is) by their stored tensors, read from the checkpoint's
+    safetensors; nothing for a checkpoint that is not quantized. Returns layer ->
+    StoredExperts."""
     if not layers:
         return {}
-    fmt = stored_format(checkpoint.read_config(source))
+    fmt = stored_format(config)
     if fmt is None:
         return {}
     tensors = Tensors(checkpoint_folder(source))

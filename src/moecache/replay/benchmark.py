@@ -20,8 +20,8 @@ import numpy as np
 from moecache import intervals
 from moecache.policies import POLICIES, EventPolicy
 from moecache.policies.kernels import CompiledEventPolicy
+from moecache.records.demand import Demand, padded
 from moecache.replay import engine, fast, lp, optimum, reference
-from moecache.replay.demand import Demand, padded
 
 
 def paper_scale(settings: dict, seed: int) -> Demand:

@@ -19,10 +19,12 @@ import statistics
 
 import numpy as np
 
+from moecache.config import MAX_EXPERTS
 from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture, next_requests
+from moecache.records import batch as geometry
+from moecache.records.demand import PAD, Demand, subset
 from moecache.replay import batch, engine, lp, optimum
-from moecache.replay.demand import PAD, Demand, subset
 
 # Within-token orders tried for B_flat (each request's next use: the next token asking for it).
 ORDERS = ("recorded", "ascending-id", "soonest-next-first", "latest-next-first")
@@ -242,14 +244,14 @@ def sandwich(demand: Demand, capacity: int) -> tuple[np.ndarray, np.ndarray, np.
 
 def optimum_report(demand: Demand, capacity: int) -> dict:
     """B_flat <= B* <= B_greedy per stream and in total; B* from the LP, checked against the
-    DP when N <= optimum.MAX_EXPERTS (`dp` is None above)."""
+    DP when N <= MAX_EXPERTS (`dp` is None above)."""
     demand.check_capacity(capacity)
     flat = flat_bound(demand, capacity)[0]
     upper = farthest_future(demand, capacity)
     result = lp_optimum(demand, capacity)
     best = result.after_fill
     check_sandwich(flat, best, upper, stream_named(demand))
-    by_dp = dp(demand, capacity) if demand.num_experts <= optimum.MAX_EXPERTS else None
+    by_dp = dp(demand, capacity) if demand.num_experts <= MAX_EXPERTS else None
     if by_dp is not None:
         check_lp_equals_dp(best, by_dp, stream_named(demand))
     return {
@@ -297,12 +299,12 @@ def drawn_costs(demand: Demand, share: float, cost: float, draws: dict) -> np.nd
     """mixed_costs, drawing each layer's costs from draws["rng"] the first time the layer
     is seen (kept in draws["layers"]), so parts of one trace share them."""
     low, per_layer = round(share * demand.num_experts), draws["layers"]
-    for layer in dict.fromkeys(map(batch.layer_of, demand.streams)):  # first-seen order
+    for layer in dict.fromkeys(map(geometry.layer_of, demand.streams)):  # first-seen order
         if layer not in per_layer:
             costs = np.ones(demand.num_experts)
             costs[draws["rng"].choice(demand.num_experts, low, replace=False)] = cost
             per_layer[layer] = costs
-    return np.stack([per_layer[batch.layer_of(s)] for s in demand.streams])
+    return np.stack([per_layer[geometry.layer_of(s)] for s in demand.streams])
 
 
 def mixed_precision(demand: Demand, capacity: int, share: float, cost: float, seed: int) -> dict:

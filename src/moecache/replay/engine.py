@@ -24,8 +24,8 @@ from moecache.policies import EvictionPolicy
 from moecache.policies.kernels import CompiledEventPolicy
 from moecache.policies.pools import Pools
 from moecache.records import counting
+from moecache.records.demand import Demand
 from moecache.replay import fast
-from moecache.replay.demand import Demand
 
 FIELDS = ("insertions", "fills", "steady", "after_fill")
 

@@ -11,8 +11,8 @@ copies any lossless schedule can make (docs/replay.md, "Per token or per request
 
 from __future__ import annotations
 
+from moecache.records.demand import Demand
 from moecache.replay import engine
-from moecache.replay.demand import Demand
 
 
 def flattened(demand: Demand) -> Demand:

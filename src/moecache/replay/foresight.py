@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from moecache.records.demand import Demand
 from moecache.replay import engine
-from moecache.replay.demand import Demand
 
 
 def heldout_mask(sequences: list[str], last: int) -> np.ndarray:

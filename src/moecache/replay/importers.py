@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from moecache.errors import MoecacheError
-from moecache.replay.demand import json_lines
+from moecache.records.demand import json_lines
 
 FORMATS = ("moecache", "vllm", "megatron", "policylang", "numpy")
 KEYS = {"sequence", "layer", "token", "experts"}

@@ -34,7 +34,8 @@ import numpy as np
 
 from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture
-from moecache.replay import demand, engine
+from moecache.records import demand
+from moecache.replay import engine
 
 PAD = -1  # requests[t] past the end of a stream: the whole token is PAD
 INTEGRAL_TOL = 1e-6  # a variable this close to 0 or 1 counts as integral

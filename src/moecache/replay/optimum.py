@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from moecache.config import MAX_EXPERTS
 from moecache.errors import MoecacheError
 
-MAX_EXPERTS = 16
 KINDS = ("uniform", "zipf", "bursty")
 
 _INF = 1 << 30  # an unreachable resident set; every reachable cost is at most T * C

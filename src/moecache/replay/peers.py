@@ -18,8 +18,8 @@ import numpy as np
 
 from moecache import intervals
 from moecache.errors import MoecacheError
+from moecache.records.demand import Demand
 from moecache.replay import engine, flat
-from moecache.replay.demand import Demand
 
 
 def peer_modules():

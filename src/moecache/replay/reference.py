@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from moecache.policies import ZOO
-from moecache.replay.demand import PAD, Demand
+from moecache.records.demand import PAD, Demand
 
 # libCacheSim's oracleGeneral record: timestamp, object id, size, next access (virtual time).
 RECORD = np.dtype([("time", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])

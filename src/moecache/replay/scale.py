@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from moecache.records.demand import subset
 from moecache.replay import engine, optimum, stream, tracefile
-from moecache.replay.demand import subset
 
 GROUP = 8  # sequences per row group
 

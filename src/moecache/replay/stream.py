@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 from tqdm import tqdm
 
+from moecache.records.demand import Demand, check, padded
 from moecache.replay import engine, tracefile
-from moecache.replay.demand import Demand, check, padded
 
 BATCH_TOKENS = 1 << 19  # tokens (over all layers) held at once
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from moecache.errors import MoecacheError
 from moecache.policies import make
+from moecache.records.demand import from_arrays
 from moecache.replay import bound, engine, optimum
-from moecache.replay.demand import from_arrays
 
 
 def groups(settings: dict, seed: int):

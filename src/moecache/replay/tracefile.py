@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from moecache.errors import MoecacheError
-from moecache.replay.demand import Demand, check, padded
+from moecache.records.demand import Demand, check, padded
 
 SCHEMA_NAME, VERSION = "moecache-trace", 1
 META_KEY = b"moecache.trace"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from moecache.harness import decode, link
+from moecache.harness import decode
+from moecache.model.memory import ring_mib
 from moecache.router_tuning import reward
 
 
@@ -31,7 +32,7 @@ def harness_counts(model, sequences: list[list[int]], settings: dict, starts=Non
     capacity, layers = harness["capacity"], harness["restricted_layers"]
     device = harness["device"]
     with decode.offloaded(
-        model, layers, capacity, device, link.ring_mib(harness), slots=capacity * len(layers)
+        model, layers, capacity, device, ring_mib(harness), slots=capacity * len(layers)
     ) as off:
         arms = [
             off.arm(name, decode.policy_factory(spec, capacity, experts, top_k), capacity)

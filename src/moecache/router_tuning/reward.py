@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from moecache.records.demand import Demand, padded
 from moecache.replay import engine
-from moecache.replay.demand import Demand, padded
 
 
 def routing(model, sequences: list[list[int]], layers: list[int], device: str) -> dict:

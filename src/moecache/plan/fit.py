@@ -30,8 +30,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from moecache import config as configs_module
 from moecache.errors import MoecacheError
-from moecache.model import plan, registry
+from moecache.model import registry
+from moecache.schedule import plan
 
 GIB = 2**30
 RULES = ("lru", "farthest-future")  # the causal rule a cache runs, and the oracle's floor
@@ -241,7 +243,7 @@ def rho_from_trace(path, capacity: int, experts: int, top_k: int, layers: int) -
 
 def read_trace(path, experts: int):
     """A moecache-trace file, or a harness trace (read with the model's N)."""
-    from moecache.harness import trace
+    from moecache.records import trace
     from moecache.replay import tracefile
 
     if tracefile.header(path) is not None:
@@ -497,8 +499,6 @@ def table(configs, gibs, bandwidth=None) -> str:
     """Markdown: per config and GPU size, C with every MoE layer offloaded, the device and
     host peaks, rho (the embedded trace's share) and the copies' GiB per token, and with a
     bandwidth file the copy part of ms/token at its measured link."""
-    from moecache import config as configs_module
-
     head = [
         "model",
         "GPU GiB",
@@ -553,8 +553,6 @@ def table(configs, gibs, bandwidth=None) -> str:
 def cards(configs, gibs=()) -> list[tuple[Path, dict, float]]:
     """(path, settings, card GiB) per config and card: a config's own harness.device_gib
     where it sets one, else each of `gibs`."""
-    from moecache import config as configs_module
-
     out = []
     for path in configs:
         settings = configs_module.load(path)
@@ -568,7 +566,8 @@ def cards(configs, gibs=()) -> list[tuple[Path, dict, float]]:
 
 def scaled_multipliers(settings: dict) -> str:
     """The copy multipliers above 1 that the config's runs decode at, or "none"."""
-    found = {m for run in settings["harness"]["runs"].values() for m in run.get("multipliers", [1])}
+    runs = settings["harness"]["runs"].values()
+    found = {m for run in runs for m in configs_module.run_multipliers(run)}
     return ", ".join(str(m) for m in sorted(found - {1})) or "none"
 
 

@@ -18,6 +18,7 @@ import torch
 
 from moecache import config as configs
 from moecache.model import checkpoint, memory, registry, tiny
+from moecache.schedule import runs
 
 # Published config.json files of the paper-scale checkpoints, for planning offline.
 PUBLISHED = Path(__file__).resolve().parents[3] / "config" / "checkpoints"
@@ -100,10 +101,8 @@ def job_peaks(settings: dict, report: dict, shard: str) -> dict:
     them, and the largest: the gates (every lossless gate run on one shared storage, the
     all-resident run's N slots where it is kept, beside one layer's own experts staged on a
     GPU) and the first shard's decode (the model's own base NLL with one layer staged, then
-    the slots of harness/runs.py's slot_layout; the slower link's rings once a scaled run
-    repeats a copy)."""
-    from moecache.harness.runs import plan_shard, slot_layout
-
+    the slots of schedule/runs.py's slot_layout, as harness/runs.py decodes them; the slower
+    link's rings once a scaled run repeats a copy)."""
     harness = settings["harness"]
     layers, n = len(report["offloaded_layers"]), report["num_experts"]
     expert, cuda = report["expert_bytes"], torch.device(harness["device"]).type == "cuda"
@@ -117,7 +116,7 @@ def job_peaks(settings: dict, report: dict, shard: str) -> dict:
 
     kept = reference_left_out(settings) is None
     gate_slots = max(harness["capacity"], n if kept else 0) * layers
-    shared, groups = slot_layout(plan_shard(settings, shard, shard))
+    shared, groups = runs.slot_layout(runs.shard_slots(settings, shard, shard, kept))
     if not groups:  # the link's rings are made by the first repeated copy: none at 1x
         ring = host_ring = 0
     jobs = {
@@ -142,12 +141,11 @@ def job_peaks(settings: dict, report: dict, shard: str) -> dict:
 
 def ring_bytes(harness: dict, expert: int, layers: int) -> tuple[int, int]:
     """The slower link's device and host rings (harness/link.py SlowLink; none but on CUDA's
-    `ring` kind), for C slots per offloaded layer."""
-    from moecache.harness import link
-
-    if link.resolve(harness.get("slow_link", "auto"), harness["device"]) != "ring":
+    `ring` kind), for C slots per offloaded layer, sized as SlowLink sizes them."""
+    if memory.slow_link_kind(harness.get("slow_link", "auto"), harness["device"]) != "ring":
         return 0, 0
-    host, device = link.ring_blocks(link.ring_mib(harness), expert, harness["capacity"] * layers)
+    ring_mib = memory.ring_mib(harness)
+    host, device = memory.ring_blocks(ring_mib, expert, harness["capacity"] * layers)
     return device * expert, host * expert
 
 

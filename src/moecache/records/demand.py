@@ -1,4 +1,5 @@
-"""Demand streams for trace replay: what each token of each stream requests.
+"""The demand of a trace: what each token of each stream requests (replay replays it, the
+harness builds its batches' futures from it, the learned stage labels it).
 
 A stream is one restricted layer over one sequence (its own pool). Two sources: the
 harness's Parquet traces (one stream per layer and sequence, with router probabilities)

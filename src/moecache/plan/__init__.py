@@ -1,0 +1,4 @@
+"""`moecache plan --gpu-gib`: the largest pool that fits a GPU and what it decodes at (fit.py).
+
+Above the harness and replay (tests/test_house.py): it reads their traces and replays them.
+"""

@@ -1,0 +1,196 @@
+"""The import house: every module of src/moecache sits in a room on a floor, and imports run down.
+
+Rooms are the top-level packages and modules of the package; `cli.py`, `__main__.py`,
+`command.py` and every `<room>/commands.py` form the room "cli" on the top floor. Imports inside
+functions count like the others. Each failure lists its arrows as `module -> imported module`.
+"""
+
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "moecache"
+
+FLOORS = {
+    "moecache": 0,  # the package's own __init__ (a docstring and the version)
+    "errors": 0,
+    "atomic": 1,
+    "intervals": 1,
+    "runs": 1,
+    "provenance": 2,
+    "records": 2,
+    "policies": 3,
+    "prefetch": 3,
+    "data": 3,
+    "model": 4,
+    "config": 5,
+    "costs": 6,
+    "schedule": 6,
+    "harness": 7,
+    "replay": 7,
+    "plan": 8,
+    "learned": 9,
+    "router_tuning": 9,
+    "controller": 9,
+    "accuracy": 9,
+    "report": 10,
+    "cli": 11,
+}
+STAGES = {"learned", "router_tuning", "controller", "accuracy"}
+CLI_MODULES = {"moecache.cli", "moecache.__main__", "moecache.command"}
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imported(path: pathlib.Path, module: str) -> set[str]:
+    """Every moecache module `module` imports, lazy imports included, as dotted names."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module
+            # `from moecache.x import y` imports the module moecache.x.y when y is one, else x
+            names.update(resolve(f"{stem}.{alias.name}") for alias in node.names)
+    return {resolve(name) for name in names if name == "moecache" or name.startswith("moecache.")}
+
+
+def resolve(name: str) -> str:
+    """The longest prefix of a dotted name that is a module of the package."""
+    parts = name.split(".")
+    while len(parts) > 1:
+        base = PACKAGE.parent.joinpath(*parts)
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+            return ".".join(parts)
+        parts = parts[:-1]
+    return "moecache"
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    if module in CLI_MODULES or parts[-1] == "commands":
+        return "cli"
+    return parts[1] if len(parts) > 1 else "moecache"
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        modules[name] = imported(path, name) - {name}
+    return modules
+
+
+GRAPH = graph()
+
+
+def arrows():
+    for source, targets in GRAPH.items():
+        for target in sorted(targets):
+            yield source, target
+
+
+def listed(bad) -> str:
+    return "\n".join(f"  {a} -> {b}" for a, b in sorted(set(bad)))
+
+
+def test_every_module_has_a_room_on_a_floor():
+    unknown = sorted({room(m) for m in GRAPH} - set(FLOORS))
+    assert not unknown, f"rooms without a floor: {unknown}"
+
+
+def test_no_import_runs_up_a_floor():
+    bad = [(a, b) for a, b in arrows() if FLOORS[room(b)] > FLOORS[room(a)]]
+    assert not bad, "imports to a higher floor:\n" + listed(bad)
+
+
+def cycle(nodes: dict[str, set[str]]) -> list[str] | None:
+    """One circle of the graph, as its nodes in order, or None."""
+    state = {}
+    for start in sorted(nodes):
+        if start in state:
+            continue
+        stack = [(start, iter(sorted(nodes[start])))]
+        path = [start]
+        state[start] = "open"
+        while stack:
+            node, following = stack[-1]
+            step = next(following, None)
+            if step is None:
+                state[node] = "done"
+                stack.pop()
+                path.pop()
+            elif state.get(step) == "open":
+                return path[path.index(step) :] + [step]
+            elif step not in state:
+                state[step] = "open"
+                path.append(step)
+                stack.append((step, iter(sorted(nodes.get(step, ())))))
+    return None
+
+
+def test_no_circle_between_rooms():
+    rooms = {}
+    behind = {}
+    for a, b in arrows():
+        if room(a) != room(b):
+            rooms.setdefault(room(a), set()).add(room(b))
+            behind.setdefault((room(a), room(b)), []).append((a, b))
+    found = cycle(rooms)
+    assert found is None, f"a circle between rooms: {' -> '.join(found)}\n" + listed(
+        arrow for pair in zip(found, found[1:], strict=False) for arrow in behind[pair]
+    )
+
+
+def test_no_circle_between_modules():
+    found = cycle(GRAPH)
+    assert found is None, "a circle between modules:\n" + listed(
+        zip(found, found[1:], strict=False)
+    )
+
+
+def crossing(sources: set[str], targets: set[str]):
+    return [(a, b) for a, b in arrows() if room(a) in sources and room(b) in targets]
+
+
+def test_harness_and_replay_never_import_each_other():
+    bad = crossing({"harness"}, {"replay"}) + crossing({"replay"}, {"harness"})
+    assert not bad, "harness and replay import each other:\n" + listed(bad)
+
+
+def test_policies_import_no_stage_and_not_the_harness():
+    bad = crossing({"policies"}, STAGES | {"harness"})
+    assert not bad, "policies import a stage or the harness:\n" + listed(bad)
+
+
+def test_report_imports_neither_harness_nor_stages():
+    bad = crossing({"report"}, STAGES | {"harness"})
+    assert not bad, "the report imports the harness or a stage:\n" + listed(bad)
+
+
+def test_no_stage_imports_the_report():
+    bad = crossing(STAGES, {"report"})
+    assert not bad, "a stage imports the report:\n" + listed(bad)
+
+
+def test_records_import_no_torch():
+    bad = []
+    for path in sorted((PACKAGE / "records").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            bad += [(module_name(path), n) for n in names if n.split(".")[0] == "torch"]
+    assert not bad, "records import torch:\n" + listed(bad)
