@@ -50,6 +50,17 @@ def moecache(*args: str, check=False):
     )
 
 
+# Fixtures that run a pipeline through Snakemake: a test that uses one, directly or through
+# another fixture, is a pipeline test (`pytest -m "not pipeline"` leaves it out).
+PIPELINE_FIXTURES = {"smoke_run", "rehearsal_run", "qwen3_run"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if PIPELINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.pipeline)
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory) -> Path:
     """The smoke config through Snakemake, once per test session (in MOECACHE_SMOKE_DIR

@@ -94,6 +94,7 @@ def test_the_cut_keeps_the_spread_of_lengths_after_the_prefill():
         batched_runs.cut(sequences, 7, 19)
 
 
+@pytest.mark.pipeline
 def test_the_paper_settings_list_a_batched_decode_job_per_run_size_and_shape(tmp_path):
     config = load_yaml(REPO / "config" / "olmoe.yaml")
     out = snakemake(
