@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 from conftest import REPO, moecache
 
 from moecache.errors import MoecacheError
-from moecache.report import numbers
+from moecache.report import numbers, readme_blocks
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -352,7 +353,57 @@ def marked_pages() -> dict[Path, dict[str, str]]:
 def test_every_section_has_one_block_in_the_readme_or_docs():
     names = [name for blocks in marked_pages().values() for name in blocks]
     assert sorted(names) == sorted(numbers.NAMES)
-    assert "claims" in numbers.blocks((REPO / "README.md").read_text(), "README.md")
+    # The full scorecard in docs/, its summary in the README.
+    assert "claims" in numbers.blocks((REPO / "docs/scorecard.md").read_text(), "scorecard.md")
+    assert readme_blocks.SUMMARY.search((REPO / "README.md").read_text())
+
+
+def summary_of(text: str) -> str:
+    return re.search(r"<!-- summary:claims -->\n\n(.*)\n\n<!-- /summary:claims -->", text, re.S)[1]
+
+
+def test_the_readme_summarizes_the_published_scorecard():
+    """Per claim its verdict, the claim, the paper's value and this run's, from
+    docs/results/claims.csv (`make publish` refreshes it beside the numbers' blocks)."""
+    summary = summary_of((REPO / "README.md").read_text())
+    assert summary == readme_blocks.claims_summary(REPO / "docs/results/claims.csv"), (
+        "README.md's scorecard summary differs from docs/results/claims.csv: run `make publish`"
+    )
+
+
+def test_the_summary_block_is_refreshed_from_the_claims_csv_beside_the_sections(workdir, tmp_path):
+    out = tmp_path / "numbers.md"
+    numbers.write(numbers.build(workdir), out)
+    readme = tmp_path / "README.md"
+    stale = "\n<!-- summary:claims -->\nstale\n<!-- /summary:claims -->\n"
+    readme.write_text(readme_text(numbers.NAMES) + stale)
+    before = readme.read_text()
+    # No claims.csv beside numbers.md: one line, nothing written.
+    result = moecache("numbers", "--from", str(out), "--readme", str(readme))
+    assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1
+    assert "claims.csv" in result.stderr and readme.read_text() == before
+    shutil.copy(workdir / "figures/claims.csv", tmp_path / "claims.csv")
+    result = moecache("numbers", "--from", str(out), "--readme", str(readme))
+    assert result.returncode == 0, result.stderr
+    text = readme.read_text()
+    assert summary_of(text) == (
+        "- **holds**: farthest-future copies fewer. Paper: 2.1x. This run: 2.20x.\n"
+        "- not run: 16 tokens. Paper: 96%. This run: not run.\n\n"
+        "2 claims: holds 1, differs 0, not comparable 0, not run 1."
+    )
+    # From the results themselves (their figures/claims.csv) the same.
+    assert moecache("numbers", "--workdir", str(workdir), "--readme", str(readme)).returncode == 0
+    assert readme.read_text() == text
+
+
+def test_a_summary_item_wraps_without_starting_a_markdown_block():
+    item = "- differs: a claim. Paper: 0.484 >= 0.481 > 0.430. This run: 1. 2. - + # | x"
+    for width in range(20, 60):
+        lines = readme_blocks.wrapped(item, width).splitlines()
+        assert " ".join(line.strip() for line in lines) == item
+        assert all(line.startswith("  ") for line in lines[1:])
+        for line in lines[1:]:
+            assert not readme_blocks.BLOCK_START.match(line.split()[0]), (width, line)
 
 
 def test_the_docs_quote_the_published_numbers():
@@ -378,7 +429,7 @@ def test_the_smoke_runs_numbers_fill_every_block(smoke_run, tmp_path):
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(page.read_text())
         copies.append(copy)
-    numbers.refresh(copies, sections, "the smoke run")
+    numbers.refresh(copies, sections, "the smoke run", smoke_run / "figures/claims.csv")
     filled = {}
     for copy in copies:
         filled.update(numbers.blocks(copy.read_text(), copy.name))
