@@ -132,6 +132,8 @@ def model_and_trace(tmp_path_factory):
     return model, sequences, path
 
 
+# The batched decode stage's job (jobs.run_decode_batched), ten times: a pipeline test.
+@pytest.mark.pipeline
 def test_both_fan_out_modes_write_the_same_counts(tmp_path, smoke_config, model_and_trace):
     model, sequences, trace_path = model_and_trace
     gates_file = tmp_path / "gates.json"

@@ -147,6 +147,8 @@ def decode_both(tmp_path, smoke_config, model_and_sequences) -> tuple[dict, dict
     }.values()
 
 
+# The decode stage's job (jobs.run_decode), once per shard and once per run: a pipeline test.
+@pytest.mark.pipeline
 def test_fanned_out_runs_count_what_the_shards_job_counts(
     tmp_path, smoke_config, model_and_sequences
 ):
