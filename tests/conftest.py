@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -44,10 +47,41 @@ def snakemake(workdir: Path, *args: str, configfile: Path = SMOKE, check=True):
     return result
 
 
-def moecache(*args: str, check=False):
-    return subprocess.run(
-        [str(BIN / "moecache"), *args], capture_output=True, text=True, env=env(), check=check
-    )
+def moecache(*args: str, check=False) -> subprocess.CompletedProcess:
+    """`moecache ARGS` as a finished process: its exit status, stdout and stderr. Run in this
+    process through the console script's function (cli.main), since starting Python and
+    torch for each call took minutes of the suite; a real subprocess when
+    MOECACHE_TEST_SUBPROCESS is set, or from a thread (stdout and stderr are the process's)."""
+    if os.environ.get("MOECACHE_TEST_SUBPROCESS") or threading.current_thread() is not (
+        threading.main_thread()
+    ):
+        return subprocess.run(
+            [str(BIN / "moecache"), *args], capture_output=True, text=True, env=env(), check=check
+        )
+    from moecache import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main([str(arg) for arg in args])
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    result = subprocess.CompletedProcess(["moecache", *args], code, out.getvalue(), err.getvalue())
+    if check:
+        result.check_returncode()
+    return result
+
+
+# Fixtures that run a pipeline through Snakemake: a test that uses one, directly or through
+# another fixture, is a pipeline test (`pytest -m "not pipeline"` leaves it out).
+PIPELINE_FIXTURES = {"smoke_run", "rehearsal_run", "qwen3_run"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if PIPELINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.pipeline)
 
 
 @pytest.fixture(scope="session")

@@ -94,6 +94,7 @@ def test_the_cut_keeps_the_spread_of_lengths_after_the_prefill():
         batched_runs.cut(sequences, 7, 19)
 
 
+@pytest.mark.pipeline
 def test_the_paper_settings_list_a_batched_decode_job_per_run_size_and_shape(tmp_path):
     config = load_yaml(REPO / "config" / "olmoe.yaml")
     out = snakemake(
@@ -131,6 +132,8 @@ def model_and_trace(tmp_path_factory):
     return model, sequences, path
 
 
+# The batched decode stage's job (jobs.run_decode_batched), ten times: a pipeline test.
+@pytest.mark.pipeline
 def test_both_fan_out_modes_write_the_same_counts(tmp_path, smoke_config, model_and_trace):
     model, sequences, trace_path = model_and_trace
     gates_file = tmp_path / "gates.json"

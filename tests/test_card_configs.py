@@ -128,6 +128,7 @@ def test_the_docs_card_table_is_what_plan_table_jobs_prints():
     assert table in doc, "docs/plan.md: regenerate its card table with the command above it"
 
 
+@pytest.mark.pipeline
 def test_the_card_configs_build_their_dag(tmp_path):
     """`snakemake all -n` on each card config, side by side."""
 

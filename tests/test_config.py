@@ -74,6 +74,7 @@ def test_paper_capacity_at_or_above_experts_is_refused(capacity):
         configs.validate(mutate(config, "harness.capacity", capacity))
 
 
+@pytest.mark.pipeline
 def test_snakemake_stops_before_any_job(tmp_path, smoke_config):
     """Every bad config of BAD through `snakemake -n` (side by side: each run spends most of
     its time starting Snakemake)."""

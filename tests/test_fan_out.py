@@ -45,6 +45,7 @@ def dry_run_jobs(tmp_path, config) -> list[str]:
     return re.findall(r"^rule (\w+):\n(?:.*\n)*?\s+wildcards: (.*)$", out, re.MULTILINE)
 
 
+@pytest.mark.pipeline
 def test_a_run_fanned_out_dry_run_has_a_decode_job_per_run_multiplier_and_shard(tmp_path):
     config = load_yaml(REPO / "config" / "smoke.yaml")
     config["harness"]["fan_out"] = "run"
@@ -62,6 +63,7 @@ def test_a_run_fanned_out_dry_run_has_a_decode_job_per_run_multiplier_and_shard(
     assert not [rule for rule, _ in jobs_listed if rule == "run_results"]
 
 
+@pytest.mark.pipeline
 def test_a_bad_fan_out_is_refused_in_one_line(tmp_path, smoke_config):
     smoke_config["harness"]["fan_out"] = "layer"
     with pytest.raises(configs.ConfigError) as error:
@@ -145,6 +147,8 @@ def decode_both(tmp_path, smoke_config, model_and_sequences) -> tuple[dict, dict
     }.values()
 
 
+# The decode stage's job (jobs.run_decode), once per shard and once per run: a pipeline test.
+@pytest.mark.pipeline
 def test_fanned_out_runs_count_what_the_shards_job_counts(
     tmp_path, smoke_config, model_and_sequences
 ):

@@ -113,6 +113,9 @@ def within(measured: int, planned: int, share=0.05) -> bool:
     return abs(measured - planned) <= share * planned
 
 
+# The gates and decode jobs' work (gates.run, runs.decode_runs) on a real-sized MoE layer of
+# every config (minutes on a CPU): a pipeline test.
+@pytest.mark.pipeline
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_the_accountants_peaks_are_the_plans_for_every_config(path, tmp_path):
     settings, folder = one_moe_layer(load_yaml(path), tmp_path)

@@ -14,6 +14,7 @@ from run_records import run_record
 
 from moecache.errors import MoecacheError
 from moecache.report import numbers
+from moecache.report.readme_blocks import BLOCK_START, SUMMARY, claims_summary, wrapped
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -357,7 +358,62 @@ def marked_pages() -> dict[Path, dict[str, str]]:
 def test_every_section_has_one_block_in_the_readme_or_docs():
     names = [name for blocks in marked_pages().values() for name in blocks]
     assert sorted(names) == sorted(numbers.NAMES)
-    assert "claims" in numbers.blocks((REPO / "README.md").read_text(), "README.md")
+    # The full scorecard in docs/, its summary in the README.
+    assert "claims" in numbers.blocks((REPO / "docs/scorecard.md").read_text(), "scorecard.md")
+    assert SUMMARY.search((REPO / "README.md").read_text())
+
+
+def summary_of(text: str) -> str:
+    return re.search(r"<!-- summary:claims -->\n\n(.*)\n\n<!-- /summary:claims -->", text, re.S)[1]
+
+
+def test_the_readme_summarizes_the_published_scorecard():
+    """Per claim its verdict, the claim, the paper's value and this run's, from
+    docs/results/claims.csv (`make publish` refreshes it beside the numbers' blocks)."""
+    summary = summary_of((REPO / "README.md").read_text())
+    assert summary == claims_summary(REPO / "docs/results/claims.csv"), (
+        "README.md's scorecard summary differs from docs/results/claims.csv: run `make publish`"
+    )
+
+
+def test_the_summary_block_is_refreshed_from_the_claims_csv_beside_the_sections(
+    workdir, tmp_path, capsys
+):
+    from moecache import cli
+
+    out = tmp_path / "numbers.md"
+    numbers.write(numbers.build(workdir), out)
+    readme = tmp_path / "README.md"
+    stale = "\n<!-- summary:claims -->\nstale\n<!-- /summary:claims -->\n"
+    readme.write_text(readme_text(numbers.NAMES) + stale)
+    before = readme.read_text()
+    # No claims.csv beside numbers.md: one line, nothing written (the command, in-process).
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["numbers", "--from", str(out), "--readme", str(readme)])
+    error = capsys.readouterr().err
+    assert exit.value.code == 2 and len(error.strip().splitlines()) == 1
+    assert "claims.csv" in error and readme.read_text() == before
+    (tmp_path / "claims.csv").write_bytes((workdir / "figures/claims.csv").read_bytes())
+    cli.main(["numbers", "--from", str(out), "--readme", str(readme)])
+    text = readme.read_text()
+    assert summary_of(text) == (
+        "- **holds**: farthest-future copies fewer. Paper: 2.1x. This run: 2.20x.\n"
+        "- not run: 16 tokens. Paper: 96%. This run: not run.\n\n"
+        "2 claims: holds 1, differs 0, not comparable 0, not run 1."
+    )
+    # From the results themselves (their figures/claims.csv) the same.
+    cli.main(["numbers", "--workdir", str(workdir), "--readme", str(readme)])
+    assert readme.read_text() == text
+
+
+def test_a_summary_item_wraps_without_starting_a_markdown_block():
+    item = "- differs: a claim. Paper: 0.484 >= 0.481 > 0.430. This run: 1. 2. - + # | x"
+    for width in range(20, 60):
+        lines = wrapped(item, width).splitlines()
+        assert " ".join(line.strip() for line in lines) == item
+        assert all(line.startswith("  ") for line in lines[1:])
+        for line in lines[1:]:
+            assert not BLOCK_START.match(line.split()[0]), (width, line)
 
 
 def test_the_docs_quote_the_published_numbers():
@@ -383,7 +439,7 @@ def test_the_smoke_runs_numbers_fill_every_block(smoke_run, tmp_path):
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(page.read_text())
         copies.append(copy)
-    numbers.refresh(copies, sections, "the smoke run")
+    numbers.refresh(copies, sections, "the smoke run", smoke_run / "figures/claims.csv")
     filled = {}
     for copy in copies:
         filled.update(numbers.blocks(copy.read_text(), copy.name))

@@ -430,6 +430,7 @@ def test_figures_are_pdf_and_png(smoke_run):
         assert (smoke_run / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.pipeline
 def test_fig1_target_builds_only_what_it_needs(tmp_path):
     """`snakemake figures/fig1.pdf`: the model, the first shard's gates, its one
     interleaved decode job and a results file per run (1x and the copy multipliers), the

@@ -114,6 +114,7 @@ def planned_jobs(output: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
 
 
+@pytest.mark.pipeline
 def test_paper_configs_build_their_dag_with_the_stages_their_family_runs(tmp_path):
     """The dry runs side by side (the SLURM profile's are in test_paper_settings.py)."""
 

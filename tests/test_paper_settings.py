@@ -40,6 +40,7 @@ def expected_decodes(config: dict) -> int:
     )
 
 
+@pytest.mark.pipeline
 def test_every_config_lists_its_whole_dag(tmp_path):
     """Every config in config/, locally and through the SLURM profile (the dry runs side by
     side: each spends most of its time starting Snakemake)."""
@@ -79,6 +80,7 @@ def test_every_config_lists_its_whole_dag(tmp_path):
         assert not (workdir / "results").exists()
 
 
+@pytest.mark.pipeline
 def test_paper_dag_has_every_run_shard_and_multiplier(tmp_path):
     result = snakemake(tmp_path, "all", "-n", configfile=REPO / "config/olmoe.yaml")
     jobs = planned_jobs(result.stdout)

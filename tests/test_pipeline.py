@@ -22,6 +22,8 @@ from snakemake.settings.types import (
 from moecache.data import tokenizer
 from moecache.model import checkpoint
 
+pytestmark = pytest.mark.pipeline  # every test here runs Snakemake or builds its DAG
+
 
 def test_dry_run_lists_the_dag(tmp_path):
     result = snakemake(tmp_path, "-n", "all", "--cores", "1")

@@ -99,6 +99,7 @@ def test_every_format_converts_to_the_same_trace(tmp_path):
         assert table.equals(first), fmt
 
 
+@pytest.mark.pipeline
 def test_a_trace_study_runs_all_without_a_model(tmp_path):
     requests = routing()
     convert.convert(

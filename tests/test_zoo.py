@@ -5,7 +5,8 @@ and capacity, on libCacheSim's defaults, where libCacheSim's own sizing lets the
 (stated per rule in RANGE); LIRS and W-TinyLFU depart from libCacheSim by construction
 (see their module docstrings) and are held to a stated margin. (b) The lossless invariants
 hold for every zoo rule at k > 1; (c) the harness path (`plan`, one stream) and replay's
-batched `step` (many streams at once) agree; (d) runs are deterministic.
+batched `step` (many streams at once) agree; (d) runs are deterministic; (e) replay's
+compiled one-call path counts what stepping counts; an invalid victim is one line.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
 from moecache.policies import POLICIES, ZOO, EventPolicy, make
+from moecache.policies.kernels import CompiledEventPolicy
 from moecache.policies.pools import Pools
 
 
@@ -189,71 +191,91 @@ def test_examples_by_hand():
     assert misses("sieve", [0, 1, 2, 0, 3, 1], 3, 4) == 5
 
 
-# --- (b)-(d) per-token rules at k > 1 ----------------------------------------------------
+# --- (b)-(d) per-token rules at k > 1, (e) the compiled one-call replay ----------------
 
 
 @st.composite
-def token_streams(draw):
-    """Several streams of tokens with k > 1 distinct experts each."""
-    k = draw(st.integers(2, 4))
-    experts = draw(st.integers(k + 1, 20))
+def token_streams(draw, min_k=2, even=True):
+    """A capacity, an expert count and 1 to 5 streams of tokens of k distinct experts each
+    from a hot set: all as long (`even`, as [S, T, k]) or of uneven lengths (a list)."""
+    k = draw(st.integers(min_k, 4))
+    experts = draw(st.integers(k + 1, 24))
     capacity = draw(st.integers(k, experts))
     hot = draw(st.integers(k, experts))
-    count = draw(st.integers(1, 3))
-    steps = draw(st.integers(1, 40))
-    seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
-    streams = np.array(
-        [[rng.choice(hot, k, replace=False) for _ in range(steps)] for _ in range(count)]
-    )
-    return capacity, experts, streams
+    if even:
+        lengths = [draw(st.integers(1, 40))] * draw(st.integers(1, 3))
+    else:
+        lengths = draw(st.lists(st.integers(1, 60), min_size=1, max_size=5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    streams = [np.array([rng.choice(hot, k, replace=False) for _ in range(n)]) for n in lengths]
+    return capacity, experts, np.array(streams) if even else streams
 
 
-@settings(SETTINGS, max_examples=60)
-@given(token_streams())
-def test_lossless_invariants_at_k_above_one(drawn):
-    """Every requested expert is resident after its token, victims are residents the
-    token does not need, taken only when the pool is full (so it never exceeds capacity,
-    fills and then stays full), and copies are exactly the misses."""
-    capacity, experts, streams = drawn
-    for rule in ZOO:
-        drive(make(rule, capacity, experts, streams.shape[2], {}), streams, check=True)
-
-
+@pytest.mark.parametrize("rule", ZOO)
 @settings(SETTINGS, max_examples=30)
-@given(token_streams())
-def test_plan_and_batched_step_agree(drawn):
-    """The harness path (plan, one stream, resident set given) and replay's step over all
-    streams at once evict the same experts and copy as often, token by token."""
+@given(drawn=token_streams())
+def test_a_zoo_rule_at_k_above_one(rule, drawn):
+    """(b) The lossless invariants: every requested expert is resident after its token,
+    victims are residents the token does not need, taken only when the pool is full (so it
+    never exceeds capacity, fills and then stays full), and copies are exactly the misses.
+    (c) The harness path (plan, one stream, resident set given) and replay's step over all
+    streams at once evict the same experts and copy as often, token by token. (d) Runs are
+    deterministic: two fresh rules, and one rule reset after another run, give the same
+    victims."""
     capacity, experts, streams = drawn
     k = streams.shape[2]
-    for rule in ZOO:
-        insertions, history = drive(make(rule, capacity, experts, k, {}), streams)
-        for s, stream in enumerate(streams):
-            policy = make(rule, capacity, experts, k, {})
-            policy.reset()
-            resident: set[int] = set()
-            copies = 0
-            for t, request in enumerate(stream.tolist()):
-                plan = policy.plan(t, request, np.full(experts, 1 / experts), frozenset(resident))
-                assert plan.evict == history[t][s], (rule, s, t)
-                resident = (resident - set(plan.evict)) | set(plan.admit)
-                copies += len(plan.admit)
-            assert copies == insertions[s], rule
-
-
-@settings(SETTINGS, max_examples=20)
-@given(token_streams())
-def test_runs_are_deterministic(drawn):
-    """Two fresh rules, and one rule reset after another run, give the same victims."""
-    capacity, experts, streams = drawn
-    k = streams.shape[2]
-    for rule in ZOO:
-        first = drive(make(rule, capacity, experts, k, {}), streams)
+    first = insertions, history = drive(make(rule, capacity, experts, k, {}), streams, check=True)
+    for s, stream in enumerate(streams):
         policy = make(rule, capacity, experts, k, {})
-        drive(policy, streams[:, ::-1].copy())
-        for other in (drive(make(rule, capacity, experts, k, {}), streams), drive(policy, streams)):
-            assert other[1] == first[1] and (other[0] == first[0]).all(), rule
+        policy.reset()
+        resident: set[int] = set()
+        copies = 0
+        for t, request in enumerate(stream.tolist()):
+            plan = policy.plan(t, request, np.full(experts, 1 / experts), frozenset(resident))
+            assert plan.evict == history[t][s], (rule, s, t)
+            resident = (resident - set(plan.evict)) | set(plan.admit)
+            copies += len(plan.admit)
+        assert copies == insertions[s], rule
+    policy = make(rule, capacity, experts, k, {})
+    drive(policy, streams[:, ::-1].copy())
+    for other in (drive(make(rule, capacity, experts, k, {}), streams), drive(policy, streams)):
+        assert other[1] == first[1] and (other[0] == first[0]).all(), rule
+
+
+@pytest.mark.parametrize("rule", ZOO)
+@settings(SETTINGS, max_examples=25)
+@given(drawn=token_streams(min_k=1, even=False))
+def test_a_zoo_rule_replayed_in_one_call_counts_what_stepping_counts(rule, drawn):
+    """(e) The compiled zoo (moecache.policies.kernels): replay's one-call path over every
+    stream counts exactly what stepping the same rule token by token counts (the path the
+    harness and the libCacheSim tests take), fills and steady copies included, on streams
+    of uneven length; stepped, never more residents than slots, every request served."""
+    engine, demand_module = replay_modules()
+    capacity, experts, tokens = drawn
+    requests, lengths = demand_module.padded(tokens, tokens[0].shape[1])
+    names = [f"s{i}" for i in range(len(tokens))]
+    demand = demand_module.Demand(names, names, requests, lengths, experts)
+    policy = engine.make_rule(rule, demand, capacity)
+    assert isinstance(policy, CompiledEventPolicy)
+    fast = engine.run(demand, policy)
+    stepped = engine.run(demand, engine.make_rule(rule, demand, capacity), keep=True)
+    for field in ("insertions", "fills", "steady", "after_fill"):
+        assert (getattr(fast, field) == getattr(stepped, field)).all(), (rule, field)
+    assert stepped.residents.sum(axis=2).max() <= capacity
+    t = np.arange(demand.requests.shape[1])
+    for s, n in enumerate(demand.lengths):
+        served = stepped.residents[s, t[:n, None], demand.requests[s, :n]]
+        assert served.all(), (rule, s)
+
+
+def test_an_invalid_victim_is_one_line():
+    """A pool full of experts the rule never saw inserted: the rule finds no victim, and
+    step refuses in one line naming the rule and token instead of evicting anything."""
+    policy = make("fifo", 2, 4, 1, {})
+    policy.reset(streams=1)
+    pools = Pools.holding({0, 1}, 4, 2)
+    with pytest.raises(MoecacheError, match="^policy fifo: invalid victim at token 0$"):
+        policy.step(0, np.array([[2]]), None, pools)
 
 
 def test_replay_runs_the_zoo():

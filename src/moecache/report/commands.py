@@ -108,7 +108,9 @@ def cmd_numbers(args):
     if args.out:
         numbers.write(sections, args.out)
     if args.readme:
-        numbers.refresh(args.readme, sections, source)
+        # The scorecard's claims.csv beside the sections read: the README's summary block.
+        claims = (args.source.parent if args.source else args.workdir / "figures") / "claims.csv"
+        numbers.refresh(args.readme, sections, source, claims)
     if not (args.out or args.readme):
         print(numbers.render(sections), end="")
 

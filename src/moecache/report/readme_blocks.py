@@ -1,7 +1,11 @@
 """The marked number blocks of Markdown files: `<!-- numbers:NAME -->` ... `<!--
 /numbers:NAME -->`. `moecache numbers` writes every section between such markers, and
 `make publish` refreshes the blocks of the same names in the README and in docs/*.md:
-each block may live in any one of those files, and every section must have a block."""
+each block may live in any one of those files, and every section must have a block.
+
+A `<!-- summary:claims -->` ... `<!-- /summary:claims -->` block (the README's) is the
+scorecard's summary: per claim its verdict, the paper's value and this run's, rendered from
+the scorecard's claims.csv (the `claims` block, in docs/, holds the full table)."""
 
 from __future__ import annotations
 
@@ -13,12 +17,48 @@ from moecache.errors import MoecacheError
 
 MARKER = re.compile(r"<!-- (/?)numbers:([A-Za-z0-9_-]+) -->")
 BLOCK = re.compile(r"<!-- numbers:([A-Za-z0-9_-]+) -->.*?<!-- /numbers:\1 -->", flags=re.DOTALL)
+SUMMARY = re.compile(r"<!-- summary:claims -->.*?<!-- /summary:claims -->", flags=re.DOTALL)
+SUMMARY_WIDTH = 100  # the summary's lines, wrapped as Markdown list items
+# A word Markdown would read as a new block at the start of a line (a quote, a heading, a
+# table row, a list item): never the first of a continuation line.
+BLOCK_START = re.compile(r"[>#|]|[-+*]$|\d+[.)]$")
 
 
-def block(name: str, body: str) -> str:
+def block(name: str, body: str, kind: str = "numbers") -> str:
     body = body.strip("\n")
     inner = f"\n\n{body}\n\n" if body else "\n"
-    return f"<!-- numbers:{name} -->{inner}<!-- /numbers:{name} -->"
+    return f"<!-- {kind}:{name} -->{inner}<!-- /{kind}:{name} -->"
+
+
+def claims_summary(path: str | Path) -> str:
+    """The scorecard's summary from its claims.csv: one list item per claim, in the
+    paper's order (verdict, claim, the paper's value, this run's), then the tally."""
+    from moecache.report import claims
+
+    rows = claims.read_rows(path)
+    items = []
+    for r in rows:
+        verdict = f"**{r['verdict']}**" if r["verdict"] == claims.HOLDS else r["verdict"]
+        items.append(
+            wrapped(f"- {verdict}: {r['claim']}. Paper: {r['paper']}. This run: {r['this_run']}.")
+        )
+    return "\n".join(items) + f"\n\n{claims.tally(rows)}"
+
+
+def wrapped(item: str, width: int = SUMMARY_WIDTH) -> str:
+    """A Markdown list item in lines of at most `width` characters where its words allow,
+    continued two spaces in, no continuation line starting a new Markdown block."""
+    lines = [[]]
+    for word in item.split():
+        line = lines[-1]
+        if line and len(" ".join([*line, word])) > width - 2 * (len(lines) > 1):
+            moved = [word]
+            while BLOCK_START.match(moved[0]) and len(line) > 1:
+                moved.insert(0, line.pop())
+            lines.append(moved)
+        else:
+            line.append(word)
+    return "\n  ".join(" ".join(line) for line in lines)
 
 
 def blocks(text: str, where: str) -> dict[str, str]:
@@ -82,13 +122,26 @@ def placed(files: list[Path], sections: dict[str, str], source: str) -> dict[Pat
     return texts
 
 
-def refresh(files, sections: dict[str, str], source: str) -> dict[Path, str]:
+def refresh(
+    files, sections: dict[str, str], source: str, claims: str | Path | None = None
+) -> dict[Path, str]:
     """Replace each marked block's body in `files` (one path or several) by the section of
-    the same name; write the files whose text changed, or none when the sets differ."""
+    the same name, and a summary:claims block's by the summary of `claims` (the claims.csv
+    beside the sections); write the files whose text changed, or none when the sets differ
+    or a summary block has no claims.csv to read."""
     files = [Path(files)] if isinstance(files, (str, Path)) else [Path(p) for p in files]
     texts = placed(files, sections, source)
+    summarized = [path for path, text in texts.items() if SUMMARY.search(text)]
+    summary = ""
+    if summarized:
+        if claims is None:
+            raise MoecacheError(f"{summarized[0]}: block summary:claims needs a claims.csv")
+        summary = block("claims", claims_summary(claims), "summary")
     new = {
-        path: BLOCK.sub(lambda m: block(m.group(1), sections[m.group(1)]), text)
+        path: SUMMARY.sub(
+            lambda _: summary,
+            BLOCK.sub(lambda m: block(m.group(1), sections[m.group(1)]), text),
+        )
         for path, text in texts.items()
     }
     for path, text in new.items():
