@@ -40,6 +40,13 @@ def run_shards(run: dict, config: dict) -> list[str]:
     return run.get("shards", list(config["corpus"]["heldout"]["shards"]))
 
 
+def run_decodes_shard(run: dict, shard: str) -> bool:
+    """Whether a harness run decodes `shard`, for a job that knows its own shard but not the
+    corpus (a decode job's settings hold model and harness only): run_shards' default,
+    every shard, includes it."""
+    return shard in run_shards(run, {"corpus": {"heldout": {"shards": [shard]}}})
+
+
 def fan_out(config: dict) -> str:
     """harness.fan_out, `shard` when left out; anything else refuses with one line."""
     mode = config["harness"].get("fan_out", FAN_OUTS[0])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from moecache.config import run_multipliers, run_shards
+from moecache.config import run_decodes_shard, run_multipliers, run_shards
 from moecache.policies.all_resident import AllResident
 from moecache.runs import RunName
 
@@ -26,7 +26,7 @@ def shard_runs(settings: dict, shard: str, first_shard: str) -> list[tuple[str, 
     return [
         (name, m)
         for name, spec in settings["harness"]["runs"].items()
-        if shard in run_shards(spec, settings)
+        if run_decodes_shard(spec, shard)
         for m in run_multipliers(spec)
         if decodes(shard, m, first_shard)
     ]
