@@ -140,6 +140,7 @@ def test_the_accountants_peaks_are_the_plans_for_every_config(path, tmp_path):
     for job, peak in peaks.items():
         expected = planned["job_device_peak_bytes"][job]
         assert within(peak[memory.DEVICE], expected), (job, peak, expected, parts)
+        assert peak[memory.DEVICE] <= expected, (job, peak, expected, parts)  # never below
         assert within(peak[memory.HOST], planned["host_peak_bytes"]), (job, peak, planned)
     assert planned["device_peak_bytes"] == max(planned["job_device_peak_bytes"].values())
 

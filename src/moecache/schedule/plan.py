@@ -194,8 +194,16 @@ def held(config, layers, capacity: int, element: int) -> dict:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
 
+    # transformers loads some weights in float32 whatever the dtype (a family's
+    # _keep_in_fp32_modules_strict: DeepSeek's router weight and correction bias).
+    kept = getattr(model, "_keep_in_fp32_modules_strict", None) or []
+    nbytes = {
+        id(p): p.numel() * (max(element, 4) if any(k in name for k in kept) else element)
+        for name, p in model.named_parameters()
+    }
+
     def count(modules) -> int:
-        return sum(p.numel() for m in modules for p in m.parameters()) * element
+        return sum(nbytes[id(p)] for m in modules for p in m.parameters())
 
     offloaded = [adapter.layer_experts(model, layer) for layer in layers]
     moe_blocks = [adapter.block(model, layer) for layer in sizes.moe_layers]
