@@ -38,3 +38,27 @@ def run_record(**fields) -> dict:
         "device_name": "cpu",
     }
     return {**base, **fields}
+
+
+def sequence_row(**fields) -> dict:
+    """One sequence row of a blocking run's file (records/run.py's SequenceRow), every field,
+    `fields` over the defaults (stall_seconds: copy_seconds, as a blocking run writes it)."""
+    base = {
+        "sequence": 0,
+        "tokens": 0,
+        "nll_sum": 0.0,
+        "scored": 0,
+        "timed_tokens": 0,
+        "step_seconds": 0.0,
+        "copy_seconds": 0.0,
+        "timed_copies": 0,
+        "copy_groups": 0,
+        "fills": 0,
+        "steady": 0,
+        "step_repeats": [],
+        "copy_repeats": [],
+        "nll": 0.0,
+    }
+    row = {**base, **fields}
+    row.setdefault("stall_seconds", row["copy_seconds"])
+    return row

@@ -44,6 +44,21 @@ def test_a_run_round_trips_and_keeps_its_file(tmp_path):
     assert write_run(again, result) == json.loads(path.read_text())
 
 
+def test_a_controller_runs_block_is_kept_last(tmp_path):
+    """controller/evaluate.py annotates a sweep's run with its controller block after the
+    run: read and written back, the block stays, last, as the annotated file had it."""
+    block = {"refreshes_per_token": 0.5, "heads_share": 0.01}
+    path = tmp_path / "c-x1.json"
+    path.write_text(json.dumps({**run_record(sequences=[ROW]), "controller": block}))
+    result = read_run(path)
+    assert result.controller == block
+    written = write_run(tmp_path / "again.json", result)
+    assert list(written)[-1] == "controller" and written == json.loads(path.read_text())
+    plain = tmp_path / "lru-x1.json"
+    plain.write_text(json.dumps(run_record(sequences=[ROW])))
+    assert "controller" not in read_run(plain).as_dict()
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [

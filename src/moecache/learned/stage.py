@@ -184,13 +184,14 @@ def evaluate(
 
     from moecache.policies.learned import Learned
     from moecache.records import trace
+    from moecache.records.io import read_run_dict
 
     capacity = settings["harness"]["capacity"]
     last = settings["replay"]["heldout_sequences"]
     arch = settings["model"]["architecture"]
     closed = {}
     for path in closed_files:
-        report = json.loads(Path(path).read_text())
+        report = read_run_dict(path)
         closed.setdefault(report["shard"], {})[scorer_name(report["params"]["weights"])] = report
     shards = {}
     for shard, path in traces.items():

@@ -118,6 +118,9 @@ class RunResult:
     versions: dict
     device: str
     device_name: str
+    # A controller run's refreshes and heads' share, added from its trace after the run
+    # (controller/evaluate.py annotate); absent from every other run's file.
+    controller: dict | None = None
 
     @property
     def overlapped(self) -> bool:
@@ -140,15 +143,18 @@ class RunResult:
         return sum(row.copy_busy_seconds for row in self.sequences)
 
     def as_dict(self) -> dict:
-        """The file's fields, in the file's order (a fan_out `shard` run has no fan_out)."""
+        """The file's fields, in the file's order (a fan_out `shard` run has no fan_out, a
+        run the controller's sweep did not annotate no controller)."""
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("fan_out", "reference") and self.fan_out is None:
+                continue
+            if f.name == "controller" and value is None:
                 continue
             out[f.name] = [row.as_dict() for row in value] if f.name == "sequences" else value
         return out
 
 
 # Fields a file may lack: written only by some runs.
-OPTIONAL = ("fan_out", "reference")
+OPTIONAL = ("fan_out", "reference", "controller")
