@@ -12,7 +12,7 @@ import json
 import pandas as pd
 import pytest
 from conftest import SMOKE, load_yaml, moecache, snakemake
-from run_records import run_record, sequence_row
+from run_records import run_record, sequence_row, sweep_record
 
 from moecache.costs import equation
 from moecache.errors import MoecacheError
@@ -352,17 +352,7 @@ def test_bounds_table_from_demand_files(tmp_path):
     args = ["--demand", str(demand), "--experts", "6", "--capacity", "3", "--out", str(bound)]
     moecache("bound", *args, "--mixed-share", "0.5", "--seed", "1", check=True)
     sweep = tmp_path / "optimum-sweep.json"
-    sweep.write_text(
-        json.dumps(
-            {
-                "instances": 9,
-                "k_over_c": [0.5],
-                "greedy_not_optimal": 0,
-                "greedy_above_lru": 0,
-                "lp_dp_disagreements": 0,
-            }
-        )
-    )
+    sweep.write_text(json.dumps(sweep_record(instances=9, k_over_c=[0.5])))
     out = tmp_path / "figures"
     moecache("table", "table_bounds", "--bound", str(bound), "--sweep", str(sweep),
              "--out-dir", str(out), check=True)  # fmt: skip

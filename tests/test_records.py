@@ -1,6 +1,6 @@
-"""The records layer: a decode run's results file round-trips through records/io; another
-schema version or a missing field is refused in one line naming the file and the field;
-nothing in it imports torch."""
+"""The records layer: a decode run's results file and the replay stage's files round-trip
+through records/io; another schema version or a missing field is refused in one line naming
+the file and the field; nothing in it imports torch."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from run_records import run_record
+from run_records import bound_record, foresight_record, run_record, sweep_record
 
 from moecache.errors import MoecacheError
 from moecache.records.io import RecordError, read_run, write_run
@@ -107,3 +107,29 @@ def test_a_replay_without_its_schema_or_a_field_is_one_line(tmp_path):
         read_replay(path)
     path.write_text(json.dumps(stamped({**report, "timed_tokens": 4, "rules": {}})))
     assert read_replay(path).counting is None and read_replay(path).capacity == 4
+
+
+@pytest.mark.parametrize(
+    ("kind", "record", "field"),
+    [
+        ("BoundResult", bound_record, "mixed_precision"),
+        ("ForesightResult", foresight_record, "subsets"),
+        ("OptimumSweep", sweep_record, "greedy_above_lru"),
+    ],
+)
+def test_the_replay_stages_files_round_trip_and_refuse_a_missing_field(
+    tmp_path, kind, record, field
+):
+    from moecache.records import replay
+    from moecache.records.io import read_record, write_record
+
+    kind = getattr(replay, kind)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(record()))
+    assert write_record(None, read_record(path, kind)) == record()
+    path.write_text(json.dumps({k: v for k, v in record().items() if k != field}))
+    with pytest.raises(RecordError, match=f"r.json: {kind.what} without field {field} "):
+        read_record(path, kind)
+    path.write_text(json.dumps({**record(), "schema": 0}))
+    with pytest.raises(RecordError, match="of schema 0, this moecache reads schema 1"):
+        read_record(path, kind)

@@ -81,18 +81,38 @@ def write_run(path: str | Path, result: RunResult) -> dict:
     return data
 
 
+def read_record(path: str | Path, kind: type[replay.R]) -> replay.R:
+    """A replay stage's results file (records/replay.py: ReplayResult, BoundResult,
+    ForesightResult, OptimumSweep) as its record of `kind`."""
+    data = load(path, kind.what)
+    check_schema(path, data, kind.what, replay.SCHEMA)
+    names = [f.name for f in fields(kind)]
+    missing = lacking(data, names, kind.optional)
+    if missing:
+        raise RecordError(f"{path}: {kind.what} without field {missing} (rerun its rule)")
+    return kind(**{k: v for k, v in data.items() if k in names})
+
+
+def read_dict(path: str | Path, kind: type[replay.Record]) -> dict:
+    """A replay stage's results file checked as read_record checks it, as the file's dict
+    (for the readers that index it by key)."""
+    return read_record(path, kind).as_dict()
+
+
 def read_replay(path: str | Path) -> replay.ReplayResult:
     """A trace replay's results file (`moecache replay --out`) as its record."""
-    what = "a trace replay's results"
-    data = load(path, what)
-    check_schema(path, data, what, replay.SCHEMA)
-    names = [f.name for f in fields(replay.ReplayResult)]
-    missing = lacking(data, names, replay.OPTIONAL)
-    if missing:
-        raise RecordError(f"{path}: {what} without field {missing} (rerun its rule)")
-    return replay.ReplayResult(**{k: v for k, v in data.items() if k in names})
+    return read_record(path, replay.ReplayResult)
 
 
 def read_replay_dict(path: str | Path) -> dict:
     """A trace replay's results file checked as read_replay checks it, as the file's dict."""
-    return read_replay(path).as_dict()
+    return read_dict(path, replay.ReplayResult)
+
+
+def write_record(path: str | Path | None, record: replay.Record) -> dict:
+    """A replay stage's `record` to `path` (None: nowhere), whole or not at all; returns
+    what was written."""
+    data = record.as_dict()
+    if path is not None:
+        write_json(path, data)
+    return data

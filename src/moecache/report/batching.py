@@ -13,6 +13,7 @@ from pathlib import Path
 
 from moecache.atomic import read_json as read
 from moecache.policies import ZOO
+from moecache.records.io import read_replay_dict
 from moecache.runs import BatchShape
 
 ORACLE, BASELINE = "farthest-future", "lru"
@@ -36,7 +37,7 @@ def replay_rows(paths) -> list[dict]:
     the share of the LRU-to-farthest-future gap."""
     rows = []
     for path in paths:
-        report, shape = read(path), shape_of(path)
+        report, shape = read_replay_dict(path), shape_of(path)
         for rule, result in report["rules"].items():
             totals = result["totals"]
             rows.append(
