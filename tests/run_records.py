@@ -1,12 +1,13 @@
 """The records' files as the stages write them, for tests that build results folders by
-hand: a decode run's results (records/run.py's RunResult) and its sequence rows, and the
+hand: a decode run's results (records/run.py's RunResult) and its sequence rows, a batched
+run's (BatchedRunResult), and the
 replay stage's bounds, foresight curve and optimum sweep (records/replay.py); every field,
 `fields` over the defaults."""
 
 from __future__ import annotations
 
 from moecache.records import replay
-from moecache.records.run import SCHEMA
+from moecache.records.run import BATCHED_SCHEMA, SCHEMA
 
 
 def run_record(**fields) -> dict:
@@ -98,3 +99,27 @@ def sweep_record(**fields) -> dict:
         "inputs": [],
     }
     return replay.stamped({**base, **fields})
+
+
+def batched_record(**fields) -> dict:
+    """`moecache decode-batched` (records/run.py's BatchedRunResult)."""
+    base = {
+        "schema": BATCHED_SCHEMA,
+        "run": "lru",
+        "policy": "lru",
+        "params": {},
+        "capacity": 16,
+        "shard": "a",
+        "shape": "b4-static-p0",
+        "lossless": True,
+        "interleaved_with": [],
+        "totals": {},
+        "sequences": [],
+        "batches": [],
+        "settings": {},
+        "settings_hash": "0" * 16,
+        "versions": {},
+        "device": "cpu",
+        "device_name": "cpu",
+    }
+    return {**base, **fields}

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from run_records import bound_record, foresight_record, run_record, sweep_record
+from run_records import batched_record, bound_record, foresight_record, run_record, sweep_record
 
 from moecache.errors import MoecacheError
 from moecache.records.io import RecordError, read_run, write_run
@@ -115,15 +115,16 @@ def test_a_replay_without_its_schema_or_a_field_is_one_line(tmp_path):
         ("BoundResult", bound_record, "mixed_precision"),
         ("ForesightResult", foresight_record, "subsets"),
         ("OptimumSweep", sweep_record, "greedy_above_lru"),
+        ("BatchedRunResult", batched_record, "lossless"),
     ],
 )
-def test_the_replay_stages_files_round_trip_and_refuse_a_missing_field(
+def test_the_replay_and_batched_files_round_trip_and_refuse_a_missing_field(
     tmp_path, kind, record, field
 ):
-    from moecache.records import replay
+    from moecache.records import replay, run
     from moecache.records.io import read_record, write_record
 
-    kind = getattr(replay, kind)
+    kind = getattr(replay, kind, None) or getattr(run, kind)
     path = tmp_path / "r.json"
     path.write_text(json.dumps(record()))
     assert write_record(None, read_record(path, kind)) == record()

@@ -11,6 +11,7 @@ from pathlib import Path
 from moecache.atomic import write_json
 from moecache.errors import MoecacheError
 from moecache.records import replay
+from moecache.records.record import R, Record
 from moecache.records.run import OPTIONAL, SCHEMA, RunResult, SequenceRow
 
 
@@ -81,11 +82,11 @@ def write_run(path: str | Path, result: RunResult) -> dict:
     return data
 
 
-def read_record(path: str | Path, kind: type[replay.R]) -> replay.R:
-    """A replay stage's results file (records/replay.py: ReplayResult, BoundResult,
-    ForesightResult, OptimumSweep) as its record of `kind`."""
+def read_record(path: str | Path, kind: type[R]) -> R:
+    """A results file as its record of `kind` (records/record.py's Record: the replay
+    stage's files in records/replay.py, the harness's batched runs in records/run.py)."""
     data = load(path, kind.what)
-    check_schema(path, data, kind.what, replay.SCHEMA)
+    check_schema(path, data, kind.what, kind.version)
     names = [f.name for f in fields(kind)]
     missing = lacking(data, names, kind.optional)
     if missing:
@@ -93,8 +94,8 @@ def read_record(path: str | Path, kind: type[replay.R]) -> replay.R:
     return kind(**{k: v for k, v in data.items() if k in names})
 
 
-def read_dict(path: str | Path, kind: type[replay.Record]) -> dict:
-    """A replay stage's results file checked as read_record checks it, as the file's dict
+def read_dict(path: str | Path, kind: type[Record]) -> dict:
+    """A results file checked as read_record checks it, as the file's dict
     (for the readers that index it by key)."""
     return read_record(path, kind).as_dict()
 
@@ -109,8 +110,8 @@ def read_replay_dict(path: str | Path) -> dict:
     return read_dict(path, replay.ReplayResult)
 
 
-def write_record(path: str | Path | None, record: replay.Record) -> dict:
-    """A replay stage's `record` to `path` (None: nowhere), whole or not at all; returns
+def write_record(path: str | Path | None, record: Record) -> dict:
+    """`record` to `path` (None: nowhere), whole or not at all; returns
     what was written."""
     data = record.as_dict()
     if path is not None:

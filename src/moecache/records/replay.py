@@ -17,28 +17,13 @@ writes and reads them, refusing another schema or a missing field in one line.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import ClassVar, TypeVar
+from dataclasses import dataclass
+from typing import ClassVar
+
+from moecache.records.record import Record
 
 SCHEMA = 1  # the replay stage's files' version: a field added, removed or changed bumps it
 
-
-class Record:
-    """What the replay records share: their file's dict, in the fields' order, leaving out
-    an `optional` field the file did not hold (None)."""
-
-    what: ClassVar[str]
-    optional: ClassVar[tuple[str, ...]] = ()
-
-    def as_dict(self) -> dict:
-        return {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if not (f.name in self.optional and getattr(self, f.name) is None)
-        }
-
-
-R = TypeVar("R", bound=Record)
 
 # The run that recorded a trace (records/trace.py's origin), the inputs, the versions.
 TRACED = ("run", "multiplier", "settings_hash", "device_name", "inputs", "versions")
@@ -46,6 +31,7 @@ TRACED = ("run", "multiplier", "settings_hash", "device_name", "inputs", "versio
 
 @dataclass(frozen=True, kw_only=True)
 class ReplayResult(Record):
+    version: ClassVar[int] = SCHEMA
     what: ClassVar[str] = "a trace replay's results"
     optional: ClassVar[tuple[str, ...]] = ("counting", "batch", *TRACED)
 
@@ -69,6 +55,7 @@ class ReplayResult(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class BoundResult(Record):
+    version: ClassVar[int] = SCHEMA
     what: ClassVar[str] = "a trace's bounds"
     optional: ClassVar[tuple[str, ...]] = TRACED
 
@@ -90,6 +77,7 @@ class BoundResult(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class ForesightResult(Record):
+    version: ClassVar[int] = SCHEMA
     what: ClassVar[str] = "a trace's foresight curve"
     optional: ClassVar[tuple[str, ...]] = ("batch", *TRACED)
 
@@ -109,6 +97,7 @@ class ForesightResult(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class OptimumSweep(Record):
+    version: ClassVar[int] = SCHEMA
     what: ClassVar[str] = "an optimum sweep's results"
 
     schema: int = SCHEMA
