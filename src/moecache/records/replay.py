@@ -25,13 +25,31 @@ from moecache.records.record import Record
 SCHEMA = 1  # the replay stage's files' version: a field added, removed or changed bumps it
 
 
-# The run that recorded a trace (records/trace.py's origin), the inputs, the versions.
 TRACED = ("run", "multiplier", "settings_hash", "device_name", "inputs", "versions")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplayResult(Record):
+class Traced(Record):
+    """What a result computed from a trace traces back to, last in its file: the decode run
+    that recorded the trace (records/trace.py's origin; absent for a trace from elsewhere),
+    the input files by SHA-256, the package versions."""
+
     version: ClassVar[int] = SCHEMA
+
+    run: str | None = None
+    multiplier: int | None = None
+    settings_hash: str | None = None
+    device_name: str | None = None
+    inputs: list | None = None
+    versions: dict | None = None
+
+    def as_dict(self) -> dict:
+        found = super().as_dict()
+        return {k: found[k] for k in sorted(found, key=lambda k: k in TRACED)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayResult(Traced):
     what: ClassVar[str] = "a trace replay's results"
     optional: ClassVar[tuple[str, ...]] = ("counting", "batch", *TRACED)
 
@@ -45,17 +63,10 @@ class ReplayResult(Record):
     rules: dict  # rule -> {"totals": {...}, "streams": [...]}
     counting: str | None = None  # "per-request" (replay/flat.py), else per token
     batch: dict | None = None  # a batched replay's geometry (replay/batch.py)
-    run: str | None = None
-    multiplier: int | None = None
-    settings_hash: str | None = None
-    device_name: str | None = None
-    inputs: list | None = None
-    versions: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class BoundResult(Record):
-    version: ClassVar[int] = SCHEMA
+class BoundResult(Traced):
     what: ClassVar[str] = "a trace's bounds"
     optional: ClassVar[tuple[str, ...]] = TRACED
 
@@ -67,17 +78,10 @@ class BoundResult(Record):
     totals: dict  # b_flat, b_star, b_greedy, their gaps, the LP's certificate and seconds
     streams: list  # one row per (layer, sequence) stream
     mixed_precision: dict | None  # None: not asked for (--mixed-share)
-    run: str | None = None
-    multiplier: int | None = None
-    settings_hash: str | None = None
-    device_name: str | None = None
-    inputs: list | None = None
-    versions: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class ForesightResult(Record):
-    version: ClassVar[int] = SCHEMA
+class ForesightResult(Traced):
     what: ClassVar[str] = "a trace's foresight curve"
     optional: ClassVar[tuple[str, ...]] = ("batch", *TRACED)
 
@@ -87,12 +91,6 @@ class ForesightResult(Record):
     rules: dict
     subsets: dict  # "heldout" and "all": streams, copies, foresight points, causal rules
     batch: dict | None = None  # a batched curve's geometry (replay/batch.py)
-    run: str | None = None
-    multiplier: int | None = None
-    settings_hash: str | None = None
-    device_name: str | None = None
-    inputs: list | None = None
-    versions: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
