@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import REPO, moecache
-from run_records import run_record
+from run_records import bound_record, foresight_record, run_record
 
 from moecache.report import claims
 
@@ -131,7 +131,7 @@ def bound_file(capacity: int, b_flat: int, b_greedy: int, b_star: int) -> dict:
         "gap": (b_greedy - b_flat) / b_flat,
         "greedy_gap": (b_greedy - b_star) / b_star,
     }
-    return {"capacity": capacity, "totals": totals}
+    return bound_record(capacity=capacity, totals=totals)
 
 
 def test_bounds_against_the_fewest_copies(workdir):
@@ -148,7 +148,7 @@ def test_the_foresight_curve_and_sixteen_tokens(workdir):
     shares = {1: 0.20, 2: 0.36, 4: 0.59, 8: 0.86, 16: 0.99, 32: 1.0}
     points = [{"k": k, "gap_recovered": v} for k, v in shares.items()]
     subset = {"streams": 16, "foresight": points, "causal": {}}
-    report = {"capacity": 32, "subsets": {"heldout": subset, "all": subset}}
+    report = foresight_record(capacity=32, subsets={"heldout": subset, "all": subset})
     path = workdir / "results/replay/a/c32/foresight.json"
     write_json(path, report)
     assert answer(workdir, "foresight_16")["verdict"] == "holds"  # 99% against 96 +- 5

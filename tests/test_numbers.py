@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, moecache
-from run_records import run_record
+from run_records import bound_record, foresight_record, run_record, sweep_record
 
 from moecache.errors import MoecacheError
 from moecache.report import numbers
@@ -148,8 +148,11 @@ def workdir(tmp_path) -> Path:
     )
     write_json(
         w / "results/replay/a/bound.json",
-        {
-            "totals": {
+        bound_record(
+            capacity=32,
+            experts=64,
+            top_k=8,
+            totals={
                 "b_flat": 3216,
                 "b_star": 3372,
                 "b_greedy": 3372,
@@ -161,8 +164,7 @@ def workdir(tmp_path) -> Path:
                 "lp_seconds": 0.42,
                 "streams": 32,
             },
-            "mixed_precision": None,
-        },
+        ),
     )
     write(
         w / "figures/claims.csv",
@@ -259,17 +261,19 @@ def test_replay_extras_when_present(workdir):
     }
     write_json(
         workdir / "results/replay/a/foresight.json",
-        {"subsets": {"heldout": subset, "all": {**subset, "streams": 32}}},
+        foresight_record(
+            capacity=32, subsets={"heldout": subset, "all": {**subset, "streams": 32}}
+        ),
     )
     write_json(
         workdir / "results/replay/optimum-sweep.json",
-        {
-            "instances": 42000,
-            "k_over_c": [0.25, 0.5],
-            "greedy_not_optimal": 0,
-            "greedy_above_lru": 0,
-            "lp_dp_disagreements": 0,
-        },
+        sweep_record(
+            instances=42000,
+            k_over_c=[0.25, 0.5],
+            greedy_not_optimal=0,
+            greedy_above_lru=0,
+            lp_dp_disagreements=0,
+        ),
     )
     replay = numbers.build(workdir)["replay"]
     assert "| 1 | 18.7% | 18.7% |" in replay and "| unlimited | 100.0% |" in replay

@@ -12,6 +12,7 @@ import json
 import pandas as pd
 import pytest
 from conftest import SMOKE, load_yaml, moecache, snakemake
+from run_records import run_record, sequence_row, sweep_record
 
 from moecache.costs import equation
 from moecache.errors import MoecacheError
@@ -29,8 +30,8 @@ def write_run(folder, run, policy, delta_nll, compute_ms, n, multiplier=1, seque
     path = folder / f"{run}-x{multiplier}.json"
     step_ms = compute_ms + n * TAU
     rows = [
-        {"sequence": s, "timed_tokens": 10, "step_seconds": 10 * step_ms / 1e3,
-         "timed_copies": 10 * n, "copy_seconds": 10 * n * TAU / 1e3}
+        sequence_row(sequence=s, timed_tokens=10, step_seconds=10 * step_ms / 1e3,
+                     timed_copies=10 * n, copy_seconds=10 * n * TAU / 1e3)
         for s in range(sequences)
     ]  # fmt: skip
     totals = {
@@ -45,18 +46,17 @@ def write_run(folder, run, policy, delta_nll, compute_ms, n, multiplier=1, seque
         "compute_ms": compute_ms,
         "compute_ms_ci": [compute_ms, compute_ms],
     }
-    path.write_text(
-        json.dumps(
-            {
-                "run": run,
-                "policy": policy,
-                "multiplier": multiplier,
-                "shard": "a",
-                "totals": totals,
-                "sequences": rows,
-            }
-        )  # fmt: skip
+    record = run_record(
+        run=run,
+        policy=policy,
+        restricts=policy == "dwell",
+        multiplier=multiplier,
+        shard="a",
+        sequences_decoded=list(range(sequences)),
+        totals=totals,
+        sequences=rows,
     )
+    path.write_text(json.dumps(record))
     return path
 
 
@@ -352,17 +352,7 @@ def test_bounds_table_from_demand_files(tmp_path):
     args = ["--demand", str(demand), "--experts", "6", "--capacity", "3", "--out", str(bound)]
     moecache("bound", *args, "--mixed-share", "0.5", "--seed", "1", check=True)
     sweep = tmp_path / "optimum-sweep.json"
-    sweep.write_text(
-        json.dumps(
-            {
-                "instances": 9,
-                "k_over_c": [0.5],
-                "greedy_not_optimal": 0,
-                "greedy_above_lru": 0,
-                "lp_dp_disagreements": 0,
-            }
-        )
-    )
+    sweep.write_text(json.dumps(sweep_record(instances=9, k_over_c=[0.5])))
     out = tmp_path / "figures"
     moecache("table", "table_bounds", "--bound", str(bound), "--sweep", str(sweep),
              "--out-dir", str(out), check=True)  # fmt: skip

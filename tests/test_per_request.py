@@ -135,7 +135,7 @@ def test_the_pipelines_per_request_numbers(tmp_path):
     folder.mkdir(parents=True)
     per_token = engine.report(demand, 6)
     (folder / "replay.json").write_text(json.dumps(stamped(per_token)))
-    (folder / "bound.json").write_text(json.dumps(bound.report(demand, 6)))
+    (folder / "bound.json").write_text(json.dumps(stamped(bound.report(demand, 6))))
     per_request_report = flat.report(demand, 6, ["lru", "farthest-future"])
     (folder / "per-request.json").write_text(json.dumps(stamped(per_request_report)))
     section = replay_section(tmp_path, ["a"])

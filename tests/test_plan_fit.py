@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pytest
 from conftest import REPO, moecache
+from run_records import run_record, sequence_row
 
 from moecache import cli
 from moecache import config as configs
@@ -148,10 +149,11 @@ def test_rho_from_a_trace_counts_steady_copies_per_token_per_layer(tmp_path):
 
 def run_file(path, source: str) -> None:
     sequences = [
-        {"sequence": 0, "timed_tokens": 10, "step_seconds": 0.5, "copy_seconds": 0.1},
-        {"sequence": 1, "timed_tokens": 30, "step_seconds": 1.0, "copy_seconds": 0.2},
+        sequence_row(sequence=0, timed_tokens=10, step_seconds=0.5, copy_seconds=0.1),
+        sequence_row(sequence=1, timed_tokens=30, step_seconds=1.0, copy_seconds=0.2),
     ]
-    path.write_text(json.dumps({"settings": {"model": {"source": source}}, "sequences": sequences}))
+    settings = {"model": {"source": source}}
+    path.write_text(json.dumps(run_record(settings=settings, sequences=sequences)))
 
 
 def test_compute_from_a_measured_run_is_its_step_less_its_copies(tmp_path):

@@ -1,6 +1,6 @@
-"""The records layer: a decode run's results file round-trips through records/io; another
-schema version or a missing field is refused in one line naming the file and the field;
-nothing in it imports torch."""
+"""The records layer: a decode run's results file and the replay stage's files round-trip
+through records/io; another schema version or a missing field is refused in one line naming
+the file and the field; nothing in it imports torch."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from run_records import run_record
+from run_records import batched_record, bound_record, foresight_record, run_record, sweep_record
 
 from moecache.errors import MoecacheError
 from moecache.records.io import RecordError, read_run, write_run
@@ -42,6 +42,21 @@ def test_a_run_round_trips_and_keeps_its_file(tmp_path):
     assert result.sequences[0].copy_busy_seconds == 0.1 == result.stall_seconds()
     again = tmp_path / "again.json"
     assert write_run(again, result) == json.loads(path.read_text())
+
+
+def test_a_controller_runs_block_is_kept_last(tmp_path):
+    """controller/evaluate.py annotates a sweep's run with its controller block after the
+    run: read and written back, the block stays, last, as the annotated file had it."""
+    block = {"refreshes_per_token": 0.5, "heads_share": 0.01}
+    path = tmp_path / "c-x1.json"
+    path.write_text(json.dumps({**run_record(sequences=[ROW]), "controller": block}))
+    result = read_run(path)
+    assert result.controller == block
+    written = write_run(tmp_path / "again.json", result)
+    assert list(written)[-1] == "controller" and written == json.loads(path.read_text())
+    plain = tmp_path / "lru-x1.json"
+    plain.write_text(json.dumps(run_record(sequences=[ROW])))
+    assert "controller" not in read_run(plain).as_dict()
 
 
 @pytest.mark.parametrize(
@@ -92,3 +107,30 @@ def test_a_replay_without_its_schema_or_a_field_is_one_line(tmp_path):
         read_replay(path)
     path.write_text(json.dumps(stamped({**report, "timed_tokens": 4, "rules": {}})))
     assert read_replay(path).counting is None and read_replay(path).capacity == 4
+
+
+@pytest.mark.parametrize(
+    ("kind", "record", "field"),
+    [
+        ("BoundResult", bound_record, "mixed_precision"),
+        ("ForesightResult", foresight_record, "subsets"),
+        ("OptimumSweep", sweep_record, "greedy_above_lru"),
+        ("BatchedRunResult", batched_record, "lossless"),
+    ],
+)
+def test_the_replay_and_batched_files_round_trip_and_refuse_a_missing_field(
+    tmp_path, kind, record, field
+):
+    from moecache.records import replay, run
+    from moecache.records.io import read_record, write_record
+
+    kind = getattr(replay, kind, None) or getattr(run, kind)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(record()))
+    assert write_record(None, read_record(path, kind)) == record()
+    path.write_text(json.dumps({k: v for k, v in record().items() if k != field}))
+    with pytest.raises(RecordError, match=f"r.json: {kind.what} without field {field} "):
+        read_record(path, kind)
+    path.write_text(json.dumps({**record(), "schema": 0}))
+    with pytest.raises(RecordError, match="of schema 0, this moecache reads schema 1"):
+        read_record(path, kind)

@@ -480,3 +480,28 @@ def test_every_zoo_rule_replays_a_trace_and_a_demand_file(tmp_path, smoke_run):
     for name in ZOO:
         direct = engine.run(demand, engine.make_rule(name, demand, capacity))
         assert report[name]["totals"]["insertions"] == int(direct.insertions.sum()), name
+
+
+def test_bound_and_foresight_write_their_records(tmp_path):
+    """`moecache bound --out` and `moecache foresight --out` write schema-1 records that
+    read back whole (a bound without --mixed-share keeps mixed_precision: null)."""
+    from moecache.records import replay
+    from moecache.records.io import read_record
+
+    rows = [
+        {"stream": "layer0/seq0", "tokens": [[0, 1], [2, 3], [0, 2], [1, 3], [4, 5], [0, 1]]},
+        {"stream": "layer0/seq1", "tokens": [[5, 1], [2, 3], [0, 2], [4, 1], [5, 3]]},
+    ]
+    demand = tmp_path / "demand.jsonl"
+    demand.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    given = ["--demand", str(demand), "--experts", "6", "--capacity", "3"]
+    for name, kind, more in (
+        ("bound", replay.BoundResult, []),
+        ("foresight", replay.ForesightResult, ["--foresight", "1", "2", "--heldout-last", "1"]),
+    ):
+        out = tmp_path / f"{name}.json"
+        moecache(name, *given, *more, "--out", str(out), check=True)
+        data = json.loads(out.read_text())
+        assert list(data)[0] == "schema" and data["schema"] == replay.SCHEMA
+        assert read_record(out, kind).as_dict() == data
+    assert json.loads((tmp_path / "bound.json").read_text())["mixed_precision"] is None

@@ -30,13 +30,19 @@ def load_settings(args: argparse.Namespace, sections: tuple[str, ...]) -> dict:
     return settings
 
 
-def emit(args, report: dict, summary: list[str], sources=(), origin=None) -> None:
+def emit(args, report: dict, summary: list[str], sources=(), origin=None, kind=None) -> None:
     """The report as JSON (--json on stdout, --out to a file) or as summary lines.
     `origin`: the config hash and device the numbers trace back to (a trace's run, or the
-    settings and machine of a sweep or benchmark)."""
+    settings and machine of a sweep or benchmark). `kind`: the record its file holds
+    (records/replay.py), written through records/io with its schema version."""
     from moecache import provenance
+    from moecache.records.io import write_record
 
-    provenance.write_results(args.out, report, origin=origin, inputs=sources)
+    if kind is None:
+        provenance.write_results(args.out, report, origin=origin, inputs=sources)
+    else:
+        stamped = provenance.write_results(None, report, origin=origin, inputs=sources)
+        report = write_record(args.out, kind(**stamped))
     if args.json:
         print(json.dumps(report, indent=1))
     else:

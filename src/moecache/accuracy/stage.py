@@ -17,8 +17,9 @@ import pandas as pd
 
 from moecache import provenance
 from moecache.accuracy import evaluate, tasks
-from moecache.atomic import atomic_file, read_json
+from moecache.atomic import atomic_file
 from moecache.intervals import bootstrap_ratio
+from moecache.records.io import read_run_dict
 from moecache.runs import SweepRunName
 
 
@@ -73,7 +74,7 @@ def sweep_rates(folders, objective: str) -> list[dict]:
     out = []
     for folder in folders:
         for path in sorted(Path(folder).glob("*.json")):
-            report = read_json(path, "a controller sweep result")
+            report = read_run_dict(path)
             found = SweepRunName.parse(report["run"])
             heads = found.heads if found else None
             unpriced = heads and heads.objective == objective and heads.price is None

@@ -15,12 +15,14 @@ controller narrows on the whole sequences.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
 
-from moecache.atomic import read_json, write_json
+from moecache.atomic import write_json
 from moecache.errors import MoecacheError
+from moecache.records.io import read_run, write_run
 from moecache.runs import RunName, point_name
 
 
@@ -73,9 +75,9 @@ def controller_block(report: dict, trace_file: Path) -> dict:
 def annotate(out_dir: Path) -> None:
     """Add the controller block to every run file in `out_dir` (from its trace)."""
     for run_file in sorted(out_dir.glob("*.json")):
-        report = read_json(run_file)
-        report["controller"] = controller_block(report, run_file.with_suffix(".parquet"))
-        write_json(run_file, report)
+        result = read_run(run_file)
+        block = controller_block(result.as_dict(), run_file.with_suffix(".parquet"))
+        write_run(run_file, dataclasses.replace(result, controller=block))
 
 
 def sweep(settings, model_source, sequences_path, shard, gates_path, heads, point, m, out_dir):

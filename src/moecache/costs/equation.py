@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moecache.atomic import read_json
 from moecache.errors import MoecacheError
 from moecache.intervals import bootstrap_ratio, paired_difference
+from moecache.records.io import read_run_dict
 
 WITHIN = 0.05  # "within 5%": |predicted / measured - 1| <= WITHIN
 
@@ -165,10 +165,6 @@ def compare(a: MeasuredRun, b: MeasuredRun, tau_ms: float, seed: int = 0) -> dic
     }
 
 
-def read_run(path) -> dict:
-    return read_json(path, "a decode run's results")
-
-
 def point(report: dict, tau1_ms: float | None = None, path=None) -> MeasuredRun:
     """A run's measured point from its results file; priced with `tau1_ms` when given."""
     from moecache.policies import POLICIES
@@ -222,7 +218,7 @@ def timing(totals: dict, rows: list) -> dict:
 def read_points(paths, tau1_ms: float | None = None) -> list[MeasuredRun]:
     points = []
     for path in paths:
-        report = read_run(path)
+        report = read_run_dict(path)
         if report.get("multiplier") != 1:
             raise MoecacheError(
                 f"{path}: the cost model reads 1x runs (this is x{report.get('multiplier')})"

@@ -28,6 +28,8 @@ from moecache.intervals import bootstrap_ratio
 from moecache.model.memory import ring_mib
 from moecache.policies.all_resident import AllResident
 from moecache.records import trace
+from moecache.records.io import write_record
+from moecache.records.run import BatchedRunResult
 from moecache.runs import BatchShape, batch_shapes
 
 
@@ -219,7 +221,8 @@ def write(settings, shard, planned, results: dict, out_dir, only=None) -> list[P
                     fan_out="run",
                     reference={"run": reference, "totals": results[shape, reference]["totals"]},
                 )
-            provenance.write_results(path, body, settings, device)
+            stamped = provenance.write_results(None, body, settings, device)
+            write_record(path, BatchedRunResult(**stamped))
             written.append(path)
     return written
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from moecache.command import add, load_settings, on_model, with_settings
 from moecache.errors import MoecacheError
+from moecache.records.io import read_record
+from moecache.records.run import BatchedRunResult
 from moecache.runs import BatchShape, RunName
 
 
@@ -69,7 +71,7 @@ def cmd_decode_batched(args):
     for path in jobs.run_decode_batched(
         settings, args.model, args.sequences, where, args.batch, args.run, shape
     ):
-        totals = json.loads(path.read_text())["totals"]
+        totals = read_record(path, BatchedRunResult).totals
         low, high = totals["ms_per_sequence_token_ci"]
         print(
             f"{path.parent.name}/{path.stem}: {totals['copies_per_token']:.2f} copies and "

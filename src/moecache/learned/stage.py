@@ -179,18 +179,17 @@ def evaluate(
     """Per shard: every scorer, LRU, the oracle and decayed frequency replayed on the
     shard's trace (held-out sequences and all), each scorer's foresight equivalent, and
     the closed-loop runs' copies from the harness beside the replay's."""
-    import json
-    from pathlib import Path
-
     from moecache.policies.learned import Learned
     from moecache.records import trace
+    from moecache.records.io import read_record, read_run_dict
+    from moecache.records.replay import ForesightResult
 
     capacity = settings["harness"]["capacity"]
     last = settings["replay"]["heldout_sequences"]
     arch = settings["model"]["architecture"]
     closed = {}
     for path in closed_files:
-        report = json.loads(Path(path).read_text())
+        report = read_run_dict(path)
         closed.setdefault(report["shard"], {})[scorer_name(report["params"]["weights"])] = report
     shards = {}
     for shard, path in traces.items():
@@ -211,7 +210,7 @@ def evaluate(
             },
         }
         copies = replayed(demand, capacity, rules)
-        curve = json.loads(Path(foresight_files[shard]).read_text())["subsets"]
+        curve = read_record(foresight_files[shard], ForesightResult).subsets
         replay = shares(copies, heldout)
         for part, rows in replay.items():
             for row in rows.values():

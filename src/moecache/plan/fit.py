@@ -186,14 +186,14 @@ def tau_from_link(gib_per_s: float, expert_bytes: int) -> dict:
 def compute_from_run(path, model_source: str) -> dict:
     """c from a decode run's results file (results/runs/...): its step less its copies,
     per timed token (equation (1)'s c), refused for another model's run."""
-    from moecache.atomic import read_json
     from moecache.costs import overlap
+    from moecache.records.io import read_run_dict
 
     if not Path(path).is_file():
         raise MoecacheError(f"--compute-from {path}: no such file")
-    run = read_json(path, "a decode run's results file")
-    if not isinstance(run, dict) or not run.get("sequences"):
-        raise MoecacheError(f"--compute-from {path}: not a decode run's results file")
+    run = read_run_dict(path)
+    if not run["sequences"]:
+        raise MoecacheError(f"--compute-from {path}: a decode run's results without sequences")
     if overlap.timed(run) <= 0:
         raise MoecacheError(f"--compute-from {path}: no timed tokens")
     ran = run.get("settings", {}).get("model", {}).get("source")

@@ -11,6 +11,7 @@ from pathlib import Path
 from moecache.atomic import write_json
 from moecache.errors import MoecacheError
 from moecache.records import replay
+from moecache.records.record import R, Record
 from moecache.records.run import OPTIONAL, SCHEMA, RunResult, SequenceRow
 
 
@@ -81,18 +82,38 @@ def write_run(path: str | Path, result: RunResult) -> dict:
     return data
 
 
+def read_record(path: str | Path, kind: type[R]) -> R:
+    """A results file as its record of `kind` (records/record.py's Record: the replay
+    stage's files in records/replay.py, the harness's batched runs in records/run.py)."""
+    data = load(path, kind.what)
+    check_schema(path, data, kind.what, kind.version)
+    names = [f.name for f in fields(kind)]
+    missing = lacking(data, names, kind.optional)
+    if missing:
+        raise RecordError(f"{path}: {kind.what} without field {missing} (rerun its rule)")
+    return kind(**{k: v for k, v in data.items() if k in names})
+
+
+def read_dict(path: str | Path, kind: type[Record]) -> dict:
+    """A results file checked as read_record checks it, as the file's dict
+    (for the readers that index it by key)."""
+    return read_record(path, kind).as_dict()
+
+
 def read_replay(path: str | Path) -> replay.ReplayResult:
     """A trace replay's results file (`moecache replay --out`) as its record."""
-    what = "a trace replay's results"
-    data = load(path, what)
-    check_schema(path, data, what, replay.SCHEMA)
-    names = [f.name for f in fields(replay.ReplayResult)]
-    missing = lacking(data, names, replay.OPTIONAL)
-    if missing:
-        raise RecordError(f"{path}: {what} without field {missing} (rerun its rule)")
-    return replay.ReplayResult(**{k: v for k, v in data.items() if k in names})
+    return read_record(path, replay.ReplayResult)
 
 
 def read_replay_dict(path: str | Path) -> dict:
     """A trace replay's results file checked as read_replay checks it, as the file's dict."""
-    return read_replay(path).as_dict()
+    return read_dict(path, replay.ReplayResult)
+
+
+def write_record(path: str | Path | None, record: Record) -> dict:
+    """`record` to `path` (None: nowhere), whole or not at all; returns
+    what was written."""
+    data = record.as_dict()
+    if path is not None:
+        write_json(path, data)
+    return data

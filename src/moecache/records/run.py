@@ -16,6 +16,9 @@ unknown version or a missing field in one line.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import ClassVar
+
+from moecache.records.record import Record
 
 SCHEMA = 1  # the results file's version: a field added, removed or changed in meaning bumps it
 
@@ -118,6 +121,9 @@ class RunResult:
     versions: dict
     device: str
     device_name: str
+    # A controller run's refreshes and heads' share, added from its trace after the run
+    # (controller/evaluate.py annotate); absent from every other run's file.
+    controller: dict | None = None
 
     @property
     def overlapped(self) -> bool:
@@ -140,15 +146,54 @@ class RunResult:
         return sum(row.copy_busy_seconds for row in self.sequences)
 
     def as_dict(self) -> dict:
-        """The file's fields, in the file's order (a fan_out `shard` run has no fan_out)."""
+        """The file's fields, in the file's order (a fan_out `shard` run has no fan_out, a
+        run the controller's sweep did not annotate no controller)."""
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("fan_out", "reference") and self.fan_out is None:
+                continue
+            if f.name == "controller" and value is None:
                 continue
             out[f.name] = [row.as_dict() for row in value] if f.name == "sequences" else value
         return out
 
 
 # Fields a file may lack: written only by some runs.
-OPTIONAL = ("fan_out", "reference")
+OPTIONAL = ("fan_out", "reference", "controller")
+
+
+BATCHED_SCHEMA = 1  # a batched run's results file's version
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchedRunResult(Record):
+    """A run decoded B sequences at once (`moecache decode-batched`: results/batched/<shard>/
+    <shape>/<run>.json, harness/batched_runs.py): its totals (ms per step and per
+    sequence-token with their intervals, Delta NLL against the batch-one NLL), one row per
+    sequence and one per batch."""
+
+    version: ClassVar[int] = BATCHED_SCHEMA
+    what: ClassVar[str] = "a batched run's results"
+    optional: ClassVar[tuple[str, ...]] = ("fan_out", "reference")
+
+    schema: int = BATCHED_SCHEMA
+    run: str
+    policy: str
+    params: dict
+    capacity: int
+    shard: str
+    shape: str  # the batch shape (runs.BatchShape): b<B>-<batching>-p<prefill>
+    lossless: bool
+    interleaved_with: list
+    totals: dict
+    sequences: list
+    batches: list
+    fan_out: str | None = None  # `run`: decoded beside its reference alone
+    reference: dict | None = None  # fan_out `run`: the reference's name and totals
+    # Provenance (moecache/provenance.py's stamp).
+    settings: dict
+    settings_hash: str
+    versions: dict
+    device: str
+    device_name: str

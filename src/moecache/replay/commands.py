@@ -17,7 +17,7 @@ from moecache.command import (
     with_settings,
 )
 from moecache.errors import MoecacheError
-from moecache.records.replay import stamped
+from moecache.records.replay import BoundResult, ForesightResult, OptimumSweep, ReplayResult
 from moecache.replay import importers
 
 
@@ -55,7 +55,7 @@ def cmd_replay(args):
             f"{percent(t['gap_recovered']):>7s}"
             + (f"  prefill {t['prefill_copies']} copies" if "prefill_copies" in t else "")
         )
-    emit(args, stamped(report), lines, [source], origin)
+    emit(args, report, lines, [source], origin, ReplayResult)
 
 
 def cmd_bound(args):
@@ -89,7 +89,7 @@ def cmd_bound(args):
             f"LP {m['lp']:g}, farthest-future {m['farthest_future']:g} "
             f"(+{percent(m['farthest_future_gap'])}), cheapest {m['cheapest']:g}"
         )
-    emit(args, report, lines, [source], origin)
+    emit(args, report, lines, [source], origin, BoundResult)
 
 
 def cmd_optimum(args):
@@ -131,7 +131,7 @@ def cmd_foresight(args):
         )
         causal = ", ".join(f"{r} {percent(s)}" for r, s in subset["causal"].items())
         lines.append(f"{name} ({subset['streams']} streams): foresight {points}; causal {causal}")
-    emit(args, report, lines, [source], origin)
+    emit(args, report, lines, [source], origin, ForesightResult)
 
 
 def cmd_optimum_sweep(args):
@@ -149,6 +149,7 @@ def cmd_optimum_sweep(args):
             f"the LP equals the DP on all"
         ],
         origin=provenance.stamp(settings, "cpu"),
+        kind=OptimumSweep,
     )
 
 

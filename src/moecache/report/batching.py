@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moecache.atomic import read_json as read
 from moecache.policies import ZOO
+from moecache.records.io import read_dict, read_replay_dict
+from moecache.records.run import BatchedRunResult
 from moecache.runs import BatchShape
 
 ORACLE, BASELINE = "farthest-future", "lru"
@@ -36,7 +37,7 @@ def replay_rows(paths) -> list[dict]:
     the share of the LRU-to-farthest-future gap."""
     rows = []
     for path in paths:
-        report, shape = read(path), shape_of(path)
+        report, shape = read_replay_dict(path), shape_of(path)
         for rule, result in report["rules"].items():
             totals = result["totals"]
             rows.append(
@@ -60,7 +61,7 @@ def harness_rows(paths) -> list[dict]:
     Delta NLL, and a prefill's copies and milliseconds per sequence."""
     rows = []
     for path in paths:
-        report = read(path)
+        report = read_dict(path, BatchedRunResult)
         totals, sequences = report["totals"], len(report["sequences"])
         prefill = "prefill_seconds" in totals
         rows.append(

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from moecache.atomic import read_json
 from moecache.records.io import read_run
+from moecache.records.replay import OptimumSweep
 from moecache.report.evidence import (
     DIFFERS,
     PAPER_RATIO,
@@ -324,7 +325,7 @@ def table2_order(r: Results) -> Found:
 
 
 def dp_greedy(r: Results) -> Found:
-    sweep, path = r.read("results/replay/optimum-sweep.json", "optimum sweep")
+    sweep, path = r.read("results/replay/optimum-sweep.json", "optimum sweep", OptimumSweep)
     value = f"not optimal on {sweep['greedy_not_optimal']:,} of {sweep['instances']:,}"
     return Found(value, verdict(sweep["greedy_not_optimal"] == 0), "random instances", "", [path])
 

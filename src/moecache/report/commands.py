@@ -33,11 +33,13 @@ def flag(role: str) -> str:
 
 
 def cmd_choose(args):
+    from moecache.atomic import read_json
     from moecache.costs import equation, overlap
+    from moecache.records.io import read_run_dict
     from moecache.report import choose
 
     if args.bandwidth is not None:
-        bandwidth = equation.read_run(args.bandwidth)
+        bandwidth = read_json(args.bandwidth, "a bandwidth file")
         tau1 = equation.tau_1x(bandwidth)
     elif args.tau_ms is not None:
         tau1 = args.tau_ms
@@ -48,7 +50,7 @@ def cmd_choose(args):
     else:
         # The copy time measured through the link m times slower, else m x tau(1).
         tau = equation.tau_at(bandwidth, args.multiplier, args.bandwidth, strict=False)
-    reports = {path: equation.read_run(path) for path in args.runs}
+    reports = {path: read_run_dict(path) for path in args.runs}
     overlapped = [path for path, report in reports.items() if report.get("overlap")]
     if overlapped and not args.overlap:
         raise MoecacheError(

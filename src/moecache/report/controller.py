@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from moecache.atomic import read_json as read
+from moecache.records.io import read_run_dict
 from moecache.report.verdicts import controller as verdicts
 from moecache.runs import SweepRunName
 
@@ -33,8 +34,8 @@ def sweep_rows(sweep) -> pd.DataFrame:
     rows = []
     for folder in sweep:
         for path in sorted(Path(folder).glob("*.json")):
-            report = read(path)
-            totals, block = report["totals"], report.get("controller", {})
+            report = read_run_dict(path)
+            totals, block = report["totals"], report.get("controller") or {}
             found = SweepRunName.parse(report["run"])
             rows.append(
                 {

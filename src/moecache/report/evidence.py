@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moecache.atomic import read_json
-from moecache.records.io import read_replay, read_replay_dict, read_run
+from moecache.records.io import read_dict, read_replay, read_run
+from moecache.records.replay import BY_NAME
 from moecache.report import replayed
 from moecache.runs import at_multiplier
 
@@ -89,11 +90,13 @@ class Results:
     def path(self, relative: str) -> str:
         return str(self.workdir / relative)
 
-    def read(self, relative: str, what: str) -> tuple[dict, str]:
+    def read(self, relative: str, what: str, kind=None) -> tuple[dict, str]:
+        """A results file as its dict; `kind`: the record it holds (records/replay.py),
+        read through records/io."""
         path = self.workdir / relative
         if not path.exists():
             raise Missing(f"no {what} ({relative})")
-        return read_json(path), relative
+        return (read_json(path) if kind is None else read_dict(path, kind)), relative
 
     def glob(self, pattern: str, what: str) -> list[str]:
         found = sorted(p.relative_to(self.workdir).as_posix() for p in self.workdir.glob(pattern))
@@ -102,7 +105,6 @@ class Results:
         return found
 
     def replay(self, name: str) -> tuple[dict, str, bool]:
-        read = read_replay_dict if name == "replay" else read_json
         """`name` (replay, bound, foresight) on the first replayed shard at C = N/2, else
         at the trace run's C; the flag says whether the capacity is the paper's ratio."""
         for shard in self.shards:
@@ -116,15 +118,14 @@ class Results:
             if not wanted.exists():
                 raise Missing(f"no {name} at C = {capacity} ({wanted.name})")
             relative = wanted.relative_to(self.workdir).as_posix()
-            return read(wanted), relative, bool(paper)
+            return read_dict(wanted, BY_NAME[name]), relative, bool(paper)
         raise Missing("no replay results")
 
     def others(self, name: str, path: str) -> list[tuple[int, dict, str]]:
         """(C, report, file) of `name` at every other capacity replayed beside `path`."""
         shard = replayed.shard_of(path)
-        read = read_replay_dict if name == "replay" else read_json
         return [
-            (capacity, read(found), found.relative_to(self.workdir).as_posix())
+            (capacity, read_dict(found, BY_NAME[name]), found.relative_to(self.workdir).as_posix())
             for _, capacity, found in replayed.found(self.workdir, name, [shard])
             if found.relative_to(self.workdir).as_posix() != path
         ]

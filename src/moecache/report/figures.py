@@ -17,7 +17,8 @@ from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
 from moecache.costs import equation  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
-from moecache.records.io import read_run_dict  # noqa: E402
+from moecache.records.io import read_dict, read_run_dict  # noqa: E402
+from moecache.records.replay import ForesightResult  # noqa: E402
 from moecache.report import batching, figures_overlap, replayed  # noqa: E402
 from moecache.report.tables import read, scaled_points  # noqa: E402
 
@@ -188,7 +189,9 @@ def fig2(foresight, learned):
     `foresight` results of one shard, one file a capacity), on the held-out sequences where
     there are any. Beside each, in its colour, its best causal rule, and at the capacity
     the learned scorers were evaluated at, the best scorer of each group."""
-    curves = sorted((read(path) for path in foresight), key=lambda c: c["capacity"])
+    curves = sorted(
+        (read_dict(path, ForesightResult) for path in foresight), key=lambda c: c["capacity"]
+    )
     shard = replayed.shard_of(foresight[0])
     evaluation = read(learned[0]) if learned else {"shards": {}, "capacity": None}
     scored = evaluation["shards"].get(shard)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from moecache.atomic import read_json
+from moecache.records.io import read_record
+from moecache.records.replay import BY_NAME
 
 OTHER_CAPACITY = re.compile(r"c[0-9]+")
 
@@ -27,5 +28,5 @@ def found(workdir, name: str, shards) -> list[tuple[str, int, Path]]:
         paths = [folder / f"{name}.json", *sorted(folder.glob(f"c*/{name}.json"))]
         for path in paths:
             if path.exists() and shard_of(path) == shard:
-                rows.append((shard, int(read_json(path)["capacity"]), path))
+                rows.append((shard, int(read_record(path, BY_NAME[name]).capacity), path))
     return sorted(rows, key=lambda row: (list(shards).index(row[0]), row[1]))

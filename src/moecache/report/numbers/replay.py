@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from moecache.errors import MoecacheError
-from moecache.records.io import read_replay_dict
+from moecache.records.io import read_dict, read_replay_dict
+from moecache.records.replay import BoundResult, ForesightResult, OptimumSweep
 from moecache.report import replayed
 from moecache.report.numbers.format import count, fixed, percent, read, sig, table, yes
 
@@ -21,7 +22,7 @@ def replay_section(workdir: Path, shards: Sequence[str]) -> str:
         raise MoecacheError(f"{workdir / 'results/replay'}: no replay results (run the pipeline)")
     # (shard, C) -> that replay; bounds and foresight beside it in the same folder.
     replays = {(s, c): read_replay_dict(path) for s, c, path in found}
-    bounds = {(s, c): read(path.with_name("bound.json")) for s, c, path in found}
+    bounds = {(s, c): read_dict(path.with_name("bound.json"), BoundResult) for s, c, path in found}
     first = next(iter(replays.values()))
     capacities = sorted({c for _, c in replays})
     parts = [
@@ -52,13 +53,13 @@ def replay_section(workdir: Path, shards: Sequence[str]) -> str:
     foresight = {}
     for s, c, path in found:
         if (curve := path.with_name("foresight.json")).exists():
-            foresight[s, c] = read(curve)
+            foresight[s, c] = read_dict(curve, ForesightResult)
     if foresight:
         parts.append(foresight_table(foresight))
 
     sweep_file = workdir / "results/replay/optimum-sweep.json"
     if sweep_file.exists():
-        w = read(sweep_file)
+        w = read_dict(sweep_file, OptimumSweep)
         parts.append(
             f"Optimum sweep: {count(w['instances'])} instances (k/C "
             f"{', '.join(f'{x:g}' for x in w['k_over_c'])}); greedy not optimal on "

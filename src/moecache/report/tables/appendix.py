@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from moecache.atomic import read_json as read
-from moecache.records.io import read_replay_dict
+from moecache.records.io import read_dict, read_replay_dict
+from moecache.records.replay import BoundResult, OptimumSweep
 from moecache.report import replayed
 from moecache.report.tables.base import Table, not_produced
 
@@ -149,7 +150,7 @@ def learned_frame(evaluation: dict) -> pd.DataFrame:
 
 
 def table_bounds(bound, sweep) -> Table:
-    reports = [(read(path), replayed.shard_of(path)) for path in bound]
+    reports = [(read_dict(path, BoundResult), replayed.shard_of(path)) for path in bound]
     sweep_rows = [
         {
             "instances": s["instances"],
@@ -158,7 +159,7 @@ def table_bounds(bound, sweep) -> Table:
             "greedy_above_lru": s["greedy_above_lru"],
             "lp_dp_disagreements": s["lp_dp_disagreements"],
         }
-        for s in map(read, sweep)
+        for s in (read_dict(path, OptimumSweep) for path in sweep)
     ]
     return Table(
         "table_bounds",
