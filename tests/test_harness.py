@@ -17,10 +17,10 @@ from moecache.harness import bandwidth, decode, gates, timing
 from moecache.harness import link as link_module
 from moecache.harness import pool as pool_module
 from moecache.harness.link import SlowLink
-from moecache.harness.link import resolve as link_kind
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.pooled_block import PooledMoeBlock
 from moecache.model import checkpoint
+from moecache.model.memory import slow_link_kind as link_kind
 from moecache.policies import POLICIES, ZOO, Plan
 
 
