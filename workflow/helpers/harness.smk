@@ -10,7 +10,8 @@ FAN_OUT = configs.fan_out(config)
 
 def reference_kept():
     """Whether the all-resident runs are decoded (harness.device_gib may be too small for
-    them: the package's own answer, schedule/plan.py; its import loads torch, so only then)."""
+    them: the package's own answer, schedule/plan.py; its import loads torch, so only then).
+    """
     if "device_gib" not in config["harness"]:
         return True
     from moecache.schedule.plan import reference_left_out
@@ -41,7 +42,9 @@ def runs_at_1x(shard):
 
 def scaled_runs():
     """The first shard's runs at copy multipliers above 1."""
-    return [results_file(shard, name) for shard, name in DECODED if name.multiplier != 1]
+    return [
+        results_file(shard, name) for shard, name in DECODED if name.multiplier != 1
+    ]
 
 
 def link_check_outputs():
@@ -56,7 +59,8 @@ def controller_heads_of_runs(shard):
         {
             run["params"]["weights"]
             for run in RUNS.values()
-            if run["policy"] == "controller" and shard in configs.run_shards(run, config)
+            if run["policy"] == "controller"
+            and shard in configs.run_shards(run, config)
         }
     )
 
