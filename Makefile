@@ -42,7 +42,7 @@ lint: venv
 	snakemake --lint --configfile config/smoke.yaml
 
 pytest: venv
-	pytest
+	pytest -n auto --dist loadgroup
 
 # One GPU, under eight minutes (a part past the budget is skipped and named), nothing
 # downloaded: the smoke model through the gates in float32 and bfloat16, copy bandwidth per

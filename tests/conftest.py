@@ -17,6 +17,10 @@ import yaml
 # No test may reach a hub; set before any test module imports the Hugging Face libraries.
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ[_name] = "1"
+# Under pytest-xdist each worker takes a core: one thread each for torch's and numpy's maths
+# (jobs that set their own threads, as the pipeline's do, still do).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -74,14 +78,19 @@ def moecache(*args: str, check=False) -> subprocess.CompletedProcess:
 
 
 # Fixtures that run a pipeline through Snakemake: a test that uses one, directly or through
-# another fixture, is a pipeline test (`pytest -m "not pipeline"` leaves it out).
-PIPELINE_FIXTURES = {"smoke_run", "rehearsal_run", "qwen3_run"}
+# another fixture, is a pipeline test (`pytest -m "not pipeline"` leaves it out). Under
+# pytest-xdist (`make pytest` runs `-n auto --dist loadgroup`) the tests of one fixture form a
+# group that one worker runs, so each pipeline runs once per session, not once per worker.
+PIPELINE_FIXTURES = ("smoke_run", "rehearsal_run", "qwen3_run")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
-        if PIPELINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        used = [name for name in PIPELINE_FIXTURES if name in getattr(item, "fixturenames", ())]
+        if used:
             item.add_marker(pytest.mark.pipeline)
+            item.add_marker(pytest.mark.xdist_group(used[0]))
 
 
 @pytest.fixture(scope="session")
