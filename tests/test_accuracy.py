@@ -12,11 +12,14 @@ import pytest
 from conftest import SMOKE, load_yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from run_records import accuracy_record
 
 from moecache.accuracy import evaluate, tasks
 from moecache.data import tokenizer as tokenizers
 from moecache.model import checkpoint
 from moecache.policies import make
+from moecache.records.accuracy import AccuracySummary
+from moecache.records.io import read_dict
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +124,7 @@ def test_the_smoke_pipeline_fills_table2_with_per_question_outputs(smoke_run):
     table = pd.read_csv(smoke_run / "figures/table2.csv")
     assert set(table["task"]) == set(config["accuracy"]["tasks"])
     for task, spec in config["accuracy"]["tasks"].items():
-        summary = json.loads((smoke_run / f"results/accuracy/{task}/summary.json").read_text())
+        summary = read_dict(smoke_run / f"results/accuracy/{task}/summary.json", AccuracySummary)
         questions = pd.read_parquet(smoke_run / f"results/accuracy/{task}/questions.parquet")
         rows = [row["row"] for row in summary["rows"]]
         assert rows[:3] == ["free", "oracle-set", "recent-use"]
@@ -200,14 +203,7 @@ def test_retention_is_left_undefined_where_free_routing_answers_nothing(tmp_path
     summary = stage.summary(frame, rows, 0)
     assert [s["retention"] for s in summary] == [None, None]
     assert summary[1]["accuracy"] == 0 and summary[1]["switch_rate"] == pytest.approx(0.1)
-    report = {
-        "task": "moecache_docs",
-        "questions": 2,
-        "chance": 0.25,
-        "switch_every": 8,
-        "matched_thresholds": {},
-        "rows": summary,
-    }
+    report = accuracy_record(questions=2, rows=summary)
     write_json(tmp_path / "summary.json", report)
     table = tables.table2([tmp_path / "summary.json"]).parts[""]
     assert list(table["row"]) == ["Free routing", "Fixed set, chosen from recent use"]

@@ -11,6 +11,7 @@ import re
 import numpy as np
 import pytest
 from conftest import REPO, load_yaml, snakemake
+from run_records import gates_record
 
 from moecache import config as configs
 from moecache.errors import MoecacheError
@@ -137,7 +138,7 @@ def model_and_trace(tmp_path_factory):
 def test_both_fan_out_modes_write_the_same_counts(tmp_path, smoke_config, model_and_trace):
     model, sequences, trace_path = model_and_trace
     gates_file = tmp_path / "gates.json"
-    gates_file.write_text("{}")
+    gates_file.write_text(json.dumps(gates_record()))
 
     def where(name):
         return {"shard": "a", "gates": gates_file, "trace": trace_path, "out_dir": tmp_path / name}

@@ -4,8 +4,6 @@ its objective, and the smoke pipeline fills Table 1 and the appendix table."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -26,6 +24,8 @@ from moecache.model import checkpoint
 from moecache.policies import controller_heads as heads_file
 from moecache.policies import make
 from moecache.policies.controller import Controller
+from moecache.records.controller import LongerSummary
+from moecache.records.io import read_dict
 
 HEADS = "results/controller/heads/differentiable-s0.safetensors"
 
@@ -240,7 +240,7 @@ def test_smoke_run_trains_evaluates_and_fills_the_tables(smoke_run):
     assert (learned["heads_share_pct"] > 0).all()
     table1 = pd.read_csv(smoke_run / "figures" / "table1_policies.csv")
     assert "controller-t50" in set(table1["run"])
-    longer = json.loads((root / "longer" / "summary.json").read_text())
+    longer = read_dict(root / "longer" / "summary.json", LongerSummary)
     assert set(longer["whole"]) == set(longer["pieces"]) == {"dwell-4", "static", "controller-t50"}
     # The longer-sequence part of the table carries each run's decodings as measured.
     table = pd.read_csv(smoke_run / "figures" / "table_controller_longer.csv")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import moecache
-from run_records import run_record
+from run_records import bandwidth_record, run_record
 
 from moecache.costs import equation
 from moecache.errors import MoecacheError
@@ -66,20 +66,21 @@ def run_report(run, policy, c, n, tau, multiplier=1, rho=None, noise=0.0, seed=0
 
 
 def bandwidth_report(device_name="test GPU"):
-    return {
-        "device_name": device_name,
-        "tau_ms": TAU1,
-        "group_overhead_ms": 0.02,
-        "multipliers": {
-            "1": {"tau_ms": TAU1, "group_overhead_ms": 0.02, "ratio_to_1x": 1.0},
-            "10": {"tau_ms": TAU10, "group_overhead_ms": 0.03, "ratio_to_1x": TAU10 / TAU1},
-        },
-        "loop_gib_per_s": 24.0,
-        "large_copy_ms": 1.0,
-        "large_gib_per_s": 40.0,
-        "expert_bytes": 12_582_912,
-        "experts": 64,
+    multipliers = {
+        "1": {"tau_ms": TAU1, "group_overhead_ms": 0.02, "ratio_to_1x": 1.0},
+        "10": {"tau_ms": TAU10, "group_overhead_ms": 0.03, "ratio_to_1x": TAU10 / TAU1},
     }
+    return bandwidth_record(
+        device_name=device_name,
+        tau_ms=TAU1,
+        group_overhead_ms=0.02,
+        multipliers=multipliers,
+        loop_gib_per_s=24.0,
+        large_copy_ms=1.0,
+        large_gib_per_s=40.0,
+        expert_bytes=12_582_912,
+        experts=64,
+    )
 
 
 def write(folder, report) -> str:

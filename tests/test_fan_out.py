@@ -11,6 +11,7 @@ import re
 import pandas as pd
 import pytest
 from conftest import REPO, load_yaml, snakemake
+from run_records import gates_record
 
 from moecache import config as configs
 from moecache.errors import MoecacheError
@@ -113,7 +114,7 @@ def model_and_sequences():
 def decode_both(tmp_path, smoke_config, model_and_sequences) -> tuple[dict, dict]:
     """Shard a decoded in one job, and one job per run x multiplier: results and traces."""
     gates_file = tmp_path / "gates.json"
-    gates_file.write_text("{}")
+    gates_file.write_text(json.dumps(gates_record()))
     shard = fanned(smoke_config, "shard")
     jobs.run_decode(
         shard, None, None, "a", "a", gates_file, tmp_path / "shard", loaded=model_and_sequences

@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import SMOKE, load_yaml, moecache
 from fake_clock import FakeClock
+from run_records import gates_record
 
 from moecache.data import corpus
 from moecache.errors import MoecacheError
@@ -22,6 +23,10 @@ from moecache.harness.pooled_block import PooledMoeBlock
 from moecache.model import checkpoint
 from moecache.model.memory import slow_link_kind as link_kind
 from moecache.policies import POLICIES, ZOO, Plan
+from moecache.records.bandwidth import BandwidthResult, LinkCheckResult
+from moecache.records.gates import GatesResult
+from moecache.records.io import read_dict
+from moecache.records.profile import ProbeResult
 
 
 @pytest.fixture
@@ -212,7 +217,7 @@ def test_scaled_runs_decode_token_by_token_beside_a_1x_twin(smoke, tmp_path):
         "scaled_sequences": 2,
     }
     gates_file = tmp_path / "gates.json"
-    gates_file.write_text("{}")
+    gates_file.write_text(json.dumps(gates_record()))
     jobs.run_decode(
         config | {"harness": harness},
         None,
@@ -432,7 +437,7 @@ def test_per_expert_kernel_equals_transformers_grouped_kernel(smoke_run):
 def test_link_check_from_the_pipeline(smoke_run):
     """The link check decodes LRU at 1x and at the largest multiplier under every CPU link:
     each prices a copy well above its 1x time, and the runs' counts are LRU's alike."""
-    report = json.loads((smoke_run / "results/link/cpu.json").read_text())
+    report = read_dict(smoke_run / "results/link/cpu.json", LinkCheckResult)
     runs = {row["run"]: row for row in report["runs"]}
     assert report["multiplier"] == 10 and report["policy"] == "lru"
     assert list(runs) == ["1x", "charge 10x", "hold 10x", "ring 10x"]
@@ -455,7 +460,7 @@ def test_decode_results_from_the_pipeline(smoke_run):
     closed = smoke_run.glob("results/learned/closed-loop/*/*.json")
     assert {json.loads(p.read_text())["policy"] for p in closed} == {"learned"}
     for shard in config["corpus"]["heldout"]["shards"]:
-        report = json.loads((smoke_run / f"results/gates/{shard}.json").read_text())
+        report = read_dict(smoke_run / f"results/gates/{shard}.json", GatesResult)
         assert report["failures"] == [] and report["runs"].keys() == {
             "lru",
             "dwell-1-window-1",
@@ -484,9 +489,9 @@ def test_decode_results_from_the_pipeline(smoke_run):
     assert set(trace["layer"]) == set(config["harness"]["restricted_layers"])
     assert trace["probs"].map(len).eq(config["model"]["architecture"]["num_experts"]).all()
     assert (trace["requested"].map(sorted) == trace["used"].map(sorted)).all()  # lossless
-    probe = json.loads((smoke_run / "results/probe/a.json").read_text())
+    probe = read_dict(smoke_run / "results/probe/a.json", ProbeResult)
     assert len(probe["layers"]) == config["model"]["architecture"]["num_hidden_layers"]
-    bandwidth = json.loads((smoke_run / "results/bandwidth/cpu.json").read_text())
+    bandwidth = read_dict(smoke_run / "results/bandwidth/cpu.json", BandwidthResult)
     assert bandwidth["tau_ms"] > 0 and bandwidth["large_gib_per_s"] > 0
 
 

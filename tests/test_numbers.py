@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, moecache
-from run_records import bound_record, foresight_record, run_record, sweep_record
+from run_records import (
+    bandwidth_record,
+    bound_record,
+    foresight_record,
+    gates_record,
+    profile_record,
+    run_record,
+    sweep_record,
+    training_record,
+)
 
 from moecache.errors import MoecacheError
 from moecache.report import numbers
@@ -62,25 +71,25 @@ def workdir(tmp_path) -> Path:
     w = tmp_path / "run"
     write_json(
         w / "results/profile/model.json",
-        {
-            "device": "cpu",
-            "expert_bytes": 196608,
-            "expert_copy_ms": 0.02634,
-            "token_compute_ms": 8.1234,
-            "timed_tokens": 3833,
-            "heldout_nll": 5.12345,
-            "reuse_per_layer": [0.291, 0.314],
-            "reuse_shuffled_per_layer": [0.241, 0.262],
-            "copy_share_of_token": 0.00324,
-        },
+        profile_record(
+            device="cpu",
+            expert_bytes=196608,
+            expert_copy_ms=0.02634,
+            token_compute_ms=8.1234,
+            timed_tokens=3833,
+            heldout_nll=5.12345,
+            reuse_per_layer=[0.291, 0.314],
+            reuse_shuffled_per_layer=[0.241, 0.262],
+            copy_share_of_token=0.00324,
+        ),
     )
     write_json(
         w / "results/model/training.json",
-        {
-            "parameters": 13404288,
-            "tokens_seen": 614400,
-            "log": [{"step": 0, "lm_loss": 7.6}, {"step": 1, "lm_loss": 5.0217}],
-        },
+        training_record(
+            parameters=13404288,
+            tokens_seen=614400,
+            log=[{"step": 0, "lm_loss": 7.6}, {"step": 1, "lm_loss": 5.0217}],
+        ),
     )
     write_json(
         w / "results/model/config.json",
@@ -88,30 +97,30 @@ def workdir(tmp_path) -> Path:
     )
     write_json(
         w / "results/gates/a.json",
-        {
-            "base": totals(nll=5.1231761, tokens_per_second=124.7),
-            "batched_nll": 5.1231760,
-            "runs": {
+        gates_record(
+            base=totals(nll=5.1231761, tokens_per_second=124.7),
+            batched_nll=5.1231760,
+            runs={
                 "lru": totals(nll=5.1231761),
                 "all-resident": totals(nll=5.1231761, tokens_per_second=130.5),
             },
-            "throughput_ratio_pool_vs_own_block": 1.0465,
-            "throughput_ratio_ci": [0.97, 1.12],
-            "min_throughput_ratio": 0.9,
-        },
+            throughput_ratio_pool_vs_own_block=1.0465,
+            throughput_ratio_ci=[0.97, 1.12],
+            min_throughput_ratio=0.9,
+        ),
     )
     write_json(
         w / "results/bandwidth/cpu.json",
-        {
-            "expert_bytes": 196608,
-            "multipliers": {
+        bandwidth_record(
+            expert_bytes=196608,
+            multipliers={
                 "1": {"tau_ms": 0.0409, "group_overhead_ms": 0.002, "ratio_to_1x": 1.0},
                 "10": {"tau_ms": 0.23, "group_overhead_ms": 0.003, "ratio_to_1x": 5.62},
             },
-            "loop_gib_per_s": 4.48,
-            "large_gib_per_s": 12.3,
-            "device_name": "x86_64",
-        },
+            loop_gib_per_s=4.48,
+            large_gib_per_s=12.3,
+            device_name="x86_64",
+        ),
     )
     write_json(w / "results/runs/a/lru-x1.json", run_file("lru", "lru"))
     write_json(
@@ -283,10 +292,10 @@ def test_replay_extras_when_present(workdir):
 
 def test_a_missing_file_or_key_is_one_line(workdir):
     (workdir / "results/profile/model.json").unlink()
-    with pytest.raises(MoecacheError, match="model.json: missing"):
+    with pytest.raises(MoecacheError, match="model.json: not a model profile"):
         numbers.build(workdir)
-    write_json(workdir / "results/profile/model.json", {"device": "cpu"})
-    with pytest.raises(MoecacheError, match="section model: .*'timed_tokens'"):
+    write_json(workdir / "results/profile/model.json", {"schema": 1, "device": "cpu"})
+    with pytest.raises(MoecacheError, match="model.json: a model profile without field settings"):
         numbers.build(workdir)
 
 

@@ -11,6 +11,7 @@ import random
 
 import pytest
 from conftest import REPO, load_yaml
+from run_records import bandwidth_record, gates_record
 
 from moecache import config as configs
 from moecache.harness import jobs
@@ -71,7 +72,7 @@ def decoded(tmp_path_factory):
     sequences = [[draw.randrange(512) for _ in range(20)] for _ in range(3)]
     out = tmp_path_factory.mktemp("decode")
     gates_file = out / "gates.json"
-    gates_file.write_text("{}")
+    gates_file.write_text(json.dumps(gates_record()))
     jobs.run_decode(config, None, None, "a", "a", gates_file, out, loaded=(model, sequences))
     return {path.stem: json.loads(path.read_text()) for path in out.glob("*-x*.json")}, out
 
@@ -102,7 +103,7 @@ def test_table1_puts_overlapped_runs_apart_from_equation_one(decoded, tmp_path):
     measured = {"1": {"tau_ms": 0.01, "ratio_to_1x": 1}, "10": {"tau_ms": 0.1, "ratio_to_1x": 10}}
     bandwidth.write_text(
         json.dumps(
-            {"device_name": "cpu", "tau_ms": 0.01, "loop_gib_per_s": 1, "multipliers": measured}
+            bandwidth_record(device_name="cpu", tau_ms=0.01, loop_gib_per_s=1, multipliers=measured)
         )
     )
     table = build_table1(runs, scaled, [bandwidth])

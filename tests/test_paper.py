@@ -12,10 +12,12 @@ import json
 import pandas as pd
 import pytest
 from conftest import SMOKE, load_yaml, moecache, snakemake
-from run_records import run_record, sequence_row, sweep_record
+from run_records import bandwidth_record, run_record, sequence_row, sweep_record
 
 from moecache.costs import equation
 from moecache.errors import MoecacheError
+from moecache.records.bandwidth import BandwidthResult
+from moecache.records.io import read_dict
 from moecache.report import choose
 
 # --- the cost model and `moecache choose` on a constructed example ------------------------
@@ -70,7 +72,7 @@ def example(tmp_path):
         write_run(tmp_path, "dwell", "dwell", 0.07, 10.5, 1.0),
     ]
     bandwidth = tmp_path / "bandwidth.json"
-    bandwidth.write_text(json.dumps({"tau_ms": TAU}))
+    bandwidth.write_text(json.dumps(bandwidth_record(tau_ms=TAU, multipliers={})))
     return runs, bandwidth
 
 
@@ -234,7 +236,7 @@ def test_table1_cells_equal_their_run_files(smoke_run):
         restricting = ("dwell", "static", "controller")
         assert row.routing == ("restricted" if row.policy in restricting else "preserved")
     devices = pd.read_csv(figures / "table1_devices.csv")
-    bandwidth = json.loads((smoke_run / "results/bandwidth/cpu.json").read_text())
+    bandwidth = read_dict(smoke_run / "results/bandwidth/cpu.json", BandwidthResult)
     assert devices.loc[0, "tau_ms"] == pytest.approx(bandwidth["multipliers"]["1"]["tau_ms"])
     assert devices.loc[0, "gib_per_s"] == pytest.approx(bandwidth["loop_gib_per_s"])
     assert devices.loc[0, "group_overhead_ms"] == pytest.approx(bandwidth["group_overhead_ms"])

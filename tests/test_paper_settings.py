@@ -16,6 +16,10 @@ from conftest import REPO, load_yaml, snakemake
 sys.path.insert(0, str(REPO / "tests" / "rehearsal"))
 import build as rehearsal  # noqa: E402
 
+from moecache.records.accuracy import AccuracySummary
+from moecache.records.gates import GatesResult
+from moecache.records.io import read_dict
+
 # Every config with a model (config/trace.yaml, a study from a trace alone, is
 # tests/test_trace_study.py's).
 CONFIGS = sorted(p for p in (REPO / "config").glob("*.yaml") if "model" in load_yaml(p))
@@ -151,7 +155,7 @@ def test_rehearsal_runs_the_pretrained_path(rehearsal_run):
     eos = next(t["id"] for t in tok["added_tokens"] if t["content"] == rehearsal.EOS)
     assert all(ids[0] == eos for ids in heldout["input_ids"])
     for shard in config["corpus"]["heldout"]["shards"]:
-        gates = json.loads((rehearsal_run / f"results/gates/{shard}.json").read_text())
+        gates = read_dict(rehearsal_run / f"results/gates/{shard}.json", GatesResult)
         assert gates["failures"] == []
     run = json.loads((rehearsal_run / "results/runs/a/lru-x10.json").read_text())
     assert run["totals"]["steady_copies"] > 0 and run["multiplier"] == 10
@@ -168,7 +172,9 @@ def test_rehearsal_runs_the_pretrained_path(rehearsal_run):
     assert controller["policy"] == "controller" and controller["totals"]["timed_tokens"] > 0
     # Table 2's rows through lm-eval on the checkpoint and its own tokenizer.
     for task in config["accuracy"]["tasks"]:
-        summary = json.loads((rehearsal_run / f"results/accuracy/{task}/summary.json").read_text())
+        summary = read_dict(
+            rehearsal_run / f"results/accuracy/{task}/summary.json", AccuracySummary
+        )
         assert summary["rows"][0]["row"] == "free" and len(summary["rows"]) == 5
 
 

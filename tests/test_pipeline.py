@@ -21,6 +21,9 @@ from snakemake.settings.types import (
 
 from moecache.data import tokenizer
 from moecache.model import checkpoint
+from moecache.records.io import read_dict
+from moecache.records.profile import ProfileResult
+from moecache.records.training import ModelTraining
 
 pytestmark = pytest.mark.pipeline  # every test here runs Snakemake or builds its DAG
 
@@ -66,13 +69,13 @@ def test_trained_model_and_tokenizer_load(smoke_run):
         smoke_run / "results/model", "float32", "cpu", config["model"]["architecture"]
     )
     assert model.config.num_experts == config["model"]["architecture"]["num_experts"]
-    log = json.loads((smoke_run / "results/model/training.json").read_text())["log"]
+    log = read_dict(smoke_run / "results/model/training.json", ModelTraining)["log"]
     assert len(log) == config["training"]["steps"]
     assert log[-1]["lm_loss"] < log[0]["lm_loss"]
 
 
 def test_profile_measures_copy_and_token(smoke_run):
-    profile = json.loads((smoke_run / "results/profile/model.json").read_text())
+    profile = read_dict(smoke_run / "results/profile/model.json", ProfileResult)
     arch = load_yaml(SMOKE)["model"]["architecture"]
     assert profile["expert_bytes"] == 3 * arch["hidden_size"] * arch["intermediate_size"] * 4
     assert profile["expert_copy_ms"] > 0 and profile["token_compute_ms"] > 0

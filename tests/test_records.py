@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import run_records
 from run_records import batched_record, bound_record, foresight_record, run_record, sweep_record
 
 from moecache.errors import MoecacheError
@@ -134,3 +135,71 @@ def test_the_replay_and_batched_files_round_trip_and_refuse_a_missing_field(
     path.write_text(json.dumps({**record(), "schema": 0}))
     with pytest.raises(RecordError, match="of schema 0, this moecache reads schema 1"):
         read_record(path, kind)
+
+
+# Every other stage's file, its record and a field it cannot do without.
+STAGE_FILES = [
+    ("gates", "GatesResult", "gates_record", "batched_nll"),
+    ("bandwidth", "BandwidthResult", "bandwidth_record", "tau_ms"),
+    ("bandwidth", "LinkCheckResult", "link_record", "runs"),
+    ("profile", "ProfileResult", "profile_record", "heldout_nll"),
+    ("profile", "ProbeResult", "probe_record", "layers"),
+    ("router_tuning", "TuningLog", "tuning_log_record", "greedy_sim_hit_rate"),
+    ("router_tuning", "TunedModel", "tuned_record", "teacher_forced"),
+    ("accuracy", "AccuracySummary", "accuracy_record", "rows"),
+    ("controller", "HeadsLog", "heads_record", "log"),
+    ("controller", "LongerSummary", "longer_record", "pieces"),
+    ("training", "ModelTraining", "training_record", "parameters"),
+    ("replay", "ReplayBenchmark", "benchmark_record", "inputs"),
+]
+
+
+@pytest.mark.parametrize(("module", "kind", "record", "field"), STAGE_FILES)
+def test_every_stage_file_round_trips_and_refuses_a_missing_field_or_schema(
+    tmp_path, module, kind, record, field
+):
+    import importlib
+
+    from moecache.records.io import read_record, write_record
+
+    kind = getattr(importlib.import_module(f"moecache.records.{module}"), kind)
+    data = getattr(run_records, record)()
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    written = write_record(tmp_path / "again.json", read_record(path, kind))
+    assert written == data and list(written) == list(data)  # the file's order kept
+    assert list(written)[0] == "schema"
+    assert json.loads((tmp_path / "again.json").read_text()) == data
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != field}))
+    with pytest.raises(RecordError, match=f"r.json: {kind.what} without field {field} "):
+        read_record(path, kind)
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != "schema"}))
+    with pytest.raises(RecordError, match=f"r.json: {kind.what} without field schema"):
+        read_record(path, kind)
+    path.write_text(json.dumps({**data, "schema": 2}))
+    with pytest.raises(RecordError, match="of schema 2, this moecache reads schema 1"):
+        read_record(path, kind)
+
+
+def test_a_stamped_file_keeps_the_stamp_last_and_leaves_out_an_absent_optional_field(tmp_path):
+    """provenance.write_results with a record kind: the schema first, the report's fields in
+    their order, the stamp last (the profile's own device where the profile set it); the
+    gates' throughput ratio, absent when the reference is left out, stays absent."""
+    from moecache import provenance
+    from moecache.records.gates import GatesResult
+    from moecache.records.io import read_record
+    from moecache.records.profile import ProfileResult
+
+    gates = run_records.gates_record(reference_left_out="all")
+    for key in ("schema", *run_records.STAMP, "throughput_ratio_pool_vs_own_block"):
+        gates.pop(key)
+    gates.pop("throughput_ratio_ci")
+    report = dict(gates)
+    path = tmp_path / "gates.json"
+    written = provenance.write_results(path, report, {"seed": 0}, "cpu", kind=GatesResult)
+    stamp = ["settings", "settings_hash", "versions", "device", "device_name"]
+    assert list(written) == ["schema", *gates, *stamp]
+    assert list(json.loads(path.read_text())) == list(written)
+    assert read_record(path, GatesResult).throughput_ratio_ci is None
+    profile = run_records.profile_record()
+    assert list(ProfileResult(**profile).as_dict())[:3] == ["schema", "device", "expert_bytes"]

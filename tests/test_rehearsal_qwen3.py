@@ -15,6 +15,10 @@ sys.path.insert(0, str(REPO / "tests" / "rehearsal"))
 import build as rehearsal  # noqa: E402
 
 from moecache.harness.gates import POOL_TOLERANCE  # noqa: E402
+from moecache.records.accuracy import AccuracySummary
+from moecache.records.gates import GatesResult
+from moecache.records.io import read_dict
+from moecache.records.profile import ProbeResult, ProfileResult
 
 REHEARSAL = REPO / "config" / "rehearsal-qwen3.yaml"
 MOE_LAYERS = [1, 2, 3]  # of the tiny model's 4: layer 0 is dense
@@ -56,12 +60,12 @@ def test_the_run_went_through_the_qwen3_adapter(qwen3_run):
     assert run["settings"]["model"]["family"] == "qwen3_moe"
     assert run["totals"]["steady_copies"] > 0 and run["multiplier"] == 10
     # Per-layer results cover the MoE layers only.
-    profile = json.loads((qwen3_run / "results/profile/model.json").read_text())
+    profile = read_dict(qwen3_run / "results/profile/model.json", ProfileResult)
     assert len(profile["reuse_per_layer"]) == len(MOE_LAYERS)
-    probe = json.loads((qwen3_run / "results/probe/a.json").read_text())
+    probe = read_dict(qwen3_run / "results/probe/a.json", ProbeResult)
     assert [row["layer"] for row in probe["layers"]] == MOE_LAYERS
     for shard in load_yaml(REHEARSAL)["corpus"]["heldout"]["shards"]:
-        gates = json.loads((qwen3_run / f"results/gates/{shard}.json").read_text())
+        gates = read_dict(qwen3_run / f"results/gates/{shard}.json", GatesResult)
         assert gates["failures"] == []
 
 
@@ -80,7 +84,7 @@ def test_every_stage_ran_on_the_checkpoint(qwen3_run):
     controller = json.loads((qwen3_run / "results/runs/a/controller-t50-x1.json").read_text())
     assert controller["policy"] == "controller" and controller["totals"]["timed_tokens"] > 0
     for task in config["accuracy"]["tasks"]:
-        summary = json.loads((qwen3_run / f"results/accuracy/{task}/summary.json").read_text())
+        summary = read_dict(qwen3_run / f"results/accuracy/{task}/summary.json", AccuracySummary)
         assert summary["rows"][0]["row"] == "free" and len(summary["rows"]) == 5
 
 

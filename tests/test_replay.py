@@ -21,6 +21,8 @@ from moecache.errors import MoecacheError
 from moecache.policies import ZOO, make
 from moecache.policies.farthest_future import next_requests
 from moecache.records.demand import Demand, from_arrays, padded, read_jsonl
+from moecache.records.io import read_dict
+from moecache.records.replay import ReplayBenchmark
 from moecache.replay import bound, engine, optimum, reference
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -423,7 +425,7 @@ def test_replay_outputs_of_the_pipeline(smoke_run):
     sweep_report = json.loads((results / "optimum-sweep.json").read_text())
     assert sweep_report["instances"] >= config["replay"]["optimum"]["instances"]
     assert sweep_report["lp_dp_disagreements"] == 0
-    bench = json.loads((results / "benchmark.json").read_text())
+    bench = read_dict(results / "benchmark.json", ReplayBenchmark)
     assert bench["lp"]["integral"] and bench["lp"]["lp_seconds"] > 0
     assert bench["lp"]["optimum"] == bench["lp"]["farthest_future"]
     assert (

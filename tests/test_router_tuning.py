@@ -3,8 +3,6 @@ the config's checks, and the stage's outputs in the smoke run."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -13,6 +11,8 @@ from safetensors.torch import load_file
 
 from moecache import config as configs
 from moecache.errors import MoecacheError
+from moecache.records.io import read_dict
+from moecache.records.router_tuning import TuningLog
 from moecache.router_tuning import prompts, reward, train
 
 EXPERTS, TOP_K = 8, 2
@@ -184,7 +184,7 @@ def test_smoke_run_fine_tunes_merges_and_fills_table3(smoke_run):
         assert not list(folder.rglob("*.bin")) and not list(folder.rglob("*.pt"))
         merged = load_file(folder / "model" / "model.safetensors")
         assert set(merged) == set(base)  # adapters merged away
-        log = json.loads((folder / "training.json").read_text())
+        log = read_dict(folder / "training.json", TuningLog)
         assert log["steps"] == 2 and log["merge_max_logit_gap"] < 1e-3
         if variant != "sft":
             assert log["log_sim_hit_rate"] is not None

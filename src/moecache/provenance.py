@@ -8,6 +8,7 @@ import platform
 from importlib import metadata
 
 from moecache.atomic import write_json
+from moecache.records.io import write_record
 
 PACKAGES = ("moecache", "torch", "transformers", "datasets", "numpy", "libcachesim")
 
@@ -72,17 +73,23 @@ def sources(paths) -> dict:
     }
 
 
-def write_results(path, report: dict, settings=None, device=None, origin=None, inputs=None) -> dict:
+def write_results(
+    path, report: dict, settings=None, device=None, origin=None, inputs=None, kind=None
+) -> dict:
     """The one way a results file is written: the numbers in `report`, then what they come
     from: the settings and machine that computed them (`settings`, `device`), or for numbers
     computed from a trace alone the run that recorded it (`origin`); the input files by
-    SHA-256 (`inputs`); the package versions. Atomic; `path` None writes nothing."""
+    SHA-256 (`inputs`); the package versions. `kind`: the record the file holds
+    (records/), written through records/io with its schema version first. Atomic; `path`
+    None writes nothing."""
     if settings is not None:
         report.update(stamp(settings, device))
     report.update(origin or {})
     if inputs is not None:
         report["inputs"] = [digest(p) for p in inputs]
     report["versions"] = versions()
+    if kind is not None:
+        return write_record(path, kind(**report))
     if path is not None:
         write_json(path, report)
     return report

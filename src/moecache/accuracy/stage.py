@@ -19,6 +19,7 @@ from moecache import provenance
 from moecache.accuracy import evaluate, tasks
 from moecache.atomic import atomic_file
 from moecache.intervals import bootstrap_ratio
+from moecache.records.accuracy import AccuracySummary
 from moecache.records.io import read_run_dict
 from moecache.runs import SweepRunName
 
@@ -120,7 +121,8 @@ def score(settings, model_source, tokenizer_source, task_yaml, sweep, heads, out
         "matched_thresholds": {str(s): t for s, t in thresholds.items()},
         "rows": summary(frame, rows, settings["seed"]),
     }
-    return provenance.write_results(out_dir / "summary.json", report, settings, harness["device"])
+    summary_path, device = out_dir / "summary.json", harness["device"]
+    return provenance.write_results(summary_path, report, settings, device, kind=AccuracySummary)
 
 
 def summary(frame: pd.DataFrame, rows: list, seed: int) -> list[dict]:

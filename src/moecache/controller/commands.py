@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moecache.atomic import read_json
 from moecache.command import add, load_settings, on_model, with_settings
+from moecache.records.bandwidth import BandwidthResult
+from moecache.records.io import read_dict
 
 CONTROLLER_SECTIONS = ("corpus", "model", "harness", "controller")
 
@@ -16,7 +17,7 @@ def cmd_controller_train(args):
     from moecache.costs import equation
 
     settings = load_settings(args, CONTROLLER_SECTIONS)
-    tau = equation.tau_1x(read_json(args.bandwidth, "a bandwidth file"))
+    tau = equation.tau_1x(read_dict(args.bandwidth, BandwidthResult))
     done = train.train(
         settings,
         args.objective,

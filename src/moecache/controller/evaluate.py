@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from moecache.atomic import write_json
 from moecache.errors import MoecacheError
-from moecache.records.io import read_run, write_run
+from moecache.records.controller import LongerSummary
+from moecache.records.io import read_run, write_record, write_run
 from moecache.runs import RunName, point_name
 
 
@@ -150,5 +150,5 @@ def longer(settings, model_source, sequences_path, shard, gates_path, heads_path
             name: {key: found[str(RunName(name))][key] for key in ("delta_nll", "copies_per_token")}
             for name in runs
         }
-    write_json(out_dir / "summary.json", summary)
+    write_record(out_dir / "summary.json", LongerSummary(**summary))
     return summary

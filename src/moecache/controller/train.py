@@ -21,11 +21,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from moecache.atomic import atomic_file, write_json
+from moecache.atomic import atomic_file
 from moecache.controller.mixture import ControlledBlock
 from moecache.errors import MoecacheError
 from moecache.model import registry
 from moecache.policies import controller_heads as heads_file
+from moecache.records.controller import HeadsLog
+from moecache.records.io import write_record
 
 OBJECTIVES = {"differentiable": "soft", "reinforce": "sampled"}
 PENALTIES = ("refresh", "changed", "misses")
@@ -166,5 +168,5 @@ def train(settings, kind, seed, price, model_source, tokenizer_source, text_path
     out = Path(out)
     with atomic_file(out) as tmp:
         heads_file.save(heads.cpu(), tmp, meta)
-    write_json(out.with_suffix(".json"), {**meta, "log": log})
+    write_record(out.with_suffix(".json"), HeadsLog(**meta, log=log))
     return {**meta, "log": log}

@@ -6,9 +6,6 @@ decode runs); the command line only parses arguments and calls these.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 
 from moecache import config as configs
@@ -27,6 +24,10 @@ from moecache.harness import (
 )
 from moecache.model import checkpoint, registry
 from moecache.model.memory import LEDGER, ring_mib
+from moecache.records.bandwidth import BandwidthResult, LinkCheckResult
+from moecache.records.gates import GatesResult
+from moecache.records.io import read_record
+from moecache.records.profile import ProbeResult, ProfileResult
 from moecache.runs import RunName
 from moecache.schedule import plan
 
@@ -84,7 +85,7 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
         **profile.routing(model, sequences, device, settings["seed"]),
     }
     report["copy_share_of_token"] = report["expert_copy_ms"] / report["token_compute_ms"]
-    return provenance.write_results(out, report, settings, device)
+    return provenance.write_results(out, report, settings, device, kind=ProfileResult)
 
 
 def run_gates(settings, model_source, sequences_path, out) -> dict:
@@ -98,7 +99,8 @@ def run_gates(settings, model_source, sequences_path, out) -> dict:
     report = gates.run(model, sequences, settings["harness"], settings["seed"], left_out)
     report["accountant"] = LEDGER.report()
     gates.check(report)  # a failed gate fails the job, with the numbers, and writes nothing
-    return provenance.write_results(out, report, settings, settings["harness"]["device"])
+    device = settings["harness"]["device"]
+    return provenance.write_results(out, report, settings, device, kind=GatesResult)
 
 
 def run_decode(
@@ -130,7 +132,7 @@ def run_decode(
         longest = max(len(ids) for ids in sequences)
         memory = plan.plan(settings, source=model_source, tokens=longest, shard=first_shard)
         print("\n".join(plan.lines(memory)))
-    json.loads(Path(gates_path).read_text())  # the shard's gates passed (the rule's input)
+    read_record(gates_path, GatesResult)  # the shard's gates passed (the rule's input)
     decoded = runs.decode_runs(settings, model, sequences, planned)
     only = None if run is None else str(run)
     runs.write(settings, planned, decoded, shard, gates_path, out_dir, trace_dir, only)
@@ -159,7 +161,7 @@ def run_decode_batched(
         # The decode and gates jobs' peaks are not this job's: the sizes alone.
         memory = plan.plan(settings, source=model_source, tokens=longest, reference=False)
         print("\n".join(plan.lines(memory)))
-    json.loads(Path(where["gates"]).read_text())  # the shard's gates passed (the rule's input)
+    read_record(where["gates"], GatesResult)  # the shard's gates passed (the rule's input)
     results = batched_runs.decode_shapes(settings, model, sequences, where["trace"], planned)
     return batched_runs.write(settings, where["shard"], planned, results, where["out_dir"], run)
 
@@ -174,7 +176,7 @@ def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
     make = decode.policy_factory(
         spec, harness["capacity"], arch["num_experts"], arch["num_experts_per_tok"]
     )
-    base = json.loads(Path(gates_path).read_text())["base"]["nll"]
+    base = read_record(gates_path, GatesResult).base["nll"]
     # A probe of the first sequences only compares against their own base NLL.
     limit = harness["probe"].get("sequences")
     if limit:
@@ -201,7 +203,7 @@ def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
         "base_nll": base,
         "layers": layers,
     }
-    return provenance.write_results(out, report, settings, harness["device"])
+    return provenance.write_results(out, report, settings, harness["device"], kind=ProbeResult)
 
 
 def run_bandwidth(settings, model_source, out) -> dict:
@@ -219,7 +221,8 @@ def run_bandwidth(settings, model_source, out) -> dict:
         capacity=harness["capacity"],
         link=link.configured(harness),
     )
-    return provenance.write_results(out, report, settings, harness["device"])
+    device = harness["device"]
+    return provenance.write_results(out, report, settings, device, kind=BandwidthResult)
 
 
 def run_link_check(settings, model_source, sequences_path, out) -> dict:
@@ -233,4 +236,5 @@ def run_link_check(settings, model_source, sequences_path, out) -> dict:
     arch = settings["model"]["architecture"]
     ring = ring_mib(harness)
     report = link_check.run(model, sequences, harness, arch, ring, settings["seed"])
-    return provenance.write_results(out, report, settings, harness["device"])
+    device = harness["device"]
+    return provenance.write_results(out, report, settings, device, kind=LinkCheckResult)

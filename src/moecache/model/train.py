@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -13,6 +12,8 @@ from moecache.atomic import atomic_dir
 from moecache.data import tokenizer as tokenizers
 from moecache.errors import MoecacheError
 from moecache.model import checkpoint
+from moecache.records.io import write_record
+from moecache.records.training import ModelTraining
 
 
 def token_stream(tok, texts: list[str]) -> torch.Tensor:
@@ -82,5 +83,5 @@ def fit(settings: dict, tokenizer_dir, texts: list[str], out_dir) -> dict:
     }
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
-        (tmp / "training.json").write_text(json.dumps(summary, indent=1))
+        write_record(tmp / "training.json", ModelTraining(**summary))
     return summary

@@ -9,7 +9,9 @@
 - `ForesightResult`: limited foresight (`moecache foresight --out`, foresight.json): the
   share of the LRU-to-oracle gap recovered per foresight k and by the causal rules;
 - `OptimumSweep`: greedy against the exact optimum on random instances (`moecache
-  optimum-sweep --out`, results/replay/optimum-sweep.json).
+  optimum-sweep --out`, results/replay/optimum-sweep.json);
+- `ReplayBenchmark`: the replay's speed against libCacheSim's (`moecache benchmark-replay
+  --out`, results/replay/benchmark.json).
 
 Each keeps what it traces back to: the decode run that recorded the trace and the input
 files by SHA-256 (absent for a trace from elsewhere), the package versions. records/io.py
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from moecache.records.record import Record
+from moecache.records.stamped import Stamped
 
 SCHEMA = 1  # the replay stage's files' version: a field added, removed or changed bumps it
 
@@ -112,6 +115,28 @@ class OptimumSweep(Record):
     versions: dict
     device: str
     device_name: str
+    inputs: list
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayBenchmark(Stamped):
+    """Requests per second of each rule's replay beside libCacheSim's, and the LP's seconds
+    on every stream, stamped with the settings of the benchmark (`inputs`: the trace it
+    read, none for the paper-scale demand it draws)."""
+
+    version: ClassVar[int] = SCHEMA
+    what: ClassVar[str] = "a replay benchmark"
+
+    schema: int = SCHEMA
+    streams: int
+    tokens: int
+    requests: int
+    lp: dict
+    experts: int
+    top_k: int
+    capacity: int
+    rounds: int
+    rules: dict  # rule -> replay, libcachesim, speed_ratio and its interval
     inputs: list
 
 

@@ -17,7 +17,13 @@ from moecache.command import (
     with_settings,
 )
 from moecache.errors import MoecacheError
-from moecache.records.replay import BoundResult, ForesightResult, OptimumSweep, ReplayResult
+from moecache.records.replay import (
+    BoundResult,
+    ForesightResult,
+    OptimumSweep,
+    ReplayBenchmark,
+    ReplayResult,
+)
 from moecache.replay import importers
 
 
@@ -183,7 +189,7 @@ def cmd_benchmark_replay(args):
         lines.append(
             f"{rule}: replay {r['replay']['requests_per_second'] / 1e6:.2f} M req/s, {versus}"
         )
-    emit(args, report, lines, sources, provenance.stamp(settings, "cpu"))
+    emit(args, report, lines, sources, provenance.stamp(settings, "cpu"), ReplayBenchmark)
 
 
 def cmd_benchmark_per_request(args):

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from moecache.atomic import read_json
-from moecache.records.io import read_run
+from moecache.records.accuracy import AccuracySummary
+from moecache.records.io import read_dict, read_run
 from moecache.records.replay import OptimumSweep
+from moecache.records.router_tuning import TunedModel
 from moecache.report.evidence import (
     DIFFERS,
     PAPER_RATIO,
@@ -270,7 +271,8 @@ def controller_high(r: Results) -> Found:
 
 def router_measured(r: Results) -> tuple[dict, list[str]]:
     paths = r.glob("results/router_tuning/measured/*.json", "router measurements")
-    found = {read_json(r.path(p))["model"]: read_json(r.path(p)) for p in paths}
+    measured = [read_dict(r.path(p), TunedModel) for p in paths]
+    found = {m["model"]: m for m in measured}
     if "base" not in found:
         raise Missing("no measurement of the untuned router")
     return found, paths
@@ -308,7 +310,7 @@ TABLE2_ORDER = ("free", "oracle-set", "recent-use")
 def table2_order(r: Results) -> Found:
     paths = r.glob("results/accuracy/*/summary.json", "accuracy summaries")
     chosen = next((p for p in paths if "/mmlu/" in p), paths[0])
-    summary = read_json(r.path(chosen))
+    summary = read_dict(r.path(chosen), AccuracySummary)
     accuracy = {row["row"]: row["accuracy"] for row in summary["rows"]}
     learned = [v for k, v in accuracy.items() if k.endswith("-matched")]
     if not learned or any(name not in accuracy for name in TABLE2_ORDER):

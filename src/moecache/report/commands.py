@@ -33,13 +33,13 @@ def flag(role: str) -> str:
 
 
 def cmd_choose(args):
-    from moecache.atomic import read_json
     from moecache.costs import equation, overlap
-    from moecache.records.io import read_run_dict
+    from moecache.records.bandwidth import BandwidthResult
+    from moecache.records.io import read_dict, read_run_dict
     from moecache.report import choose
 
     if args.bandwidth is not None:
-        bandwidth = read_json(args.bandwidth, "a bandwidth file")
+        bandwidth = read_dict(args.bandwidth, BandwidthResult)
         tau1 = equation.tau_1x(bandwidth)
     elif args.tau_ms is not None:
         tau1 = args.tau_ms

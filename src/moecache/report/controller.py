@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from moecache.atomic import read_json as read
-from moecache.records.io import read_run_dict
+from moecache.records.controller import HeadsLog, LongerSummary
+from moecache.records.io import read_dict, read_run_dict
 from moecache.report.verdicts import controller as verdicts
 from moecache.runs import SweepRunName
 
@@ -95,7 +95,7 @@ def longer_frame(longer) -> tuple[pd.DataFrame, list[str]]:
     """The first longer-sequence summary's rows, and the controller against each simple
     run in pieces and whole (decided in moecache.report.verdicts.controller), one sentence each."""
     for folder in longer:
-        summary = read(Path(folder) / "summary.json")
+        summary = read_dict(Path(folder) / "summary.json", LongerSummary)
         rows = [
             {"run": name, "decoded_as": label, "sequence_tokens": tokens, **row}
             for label, tokens in (("pieces", summary["piece_tokens"]), ("whole", summary["tokens"]))
@@ -116,7 +116,7 @@ def longer_frame(longer) -> tuple[pd.DataFrame, list[str]]:
 
 
 def training_lines(controller) -> list[str]:
-    logs = [read(Path(path).with_suffix(".json")) for path in controller]
+    logs = [read_dict(Path(path).with_suffix(".json"), HeadsLog) for path in controller]
     if not logs:
         return []
     lower = sum(log["log"][-1]["objective"] < log["log"][0]["objective"] for log in logs)

@@ -9,8 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moecache.atomic import read_json
-from moecache.records.io import read_dict, read_replay, read_run
+from moecache.records.accuracy import AccuracySummary
+from moecache.records.io import read_dict, read_record, read_replay, read_run
 from moecache.records.replay import BY_NAME
+from moecache.records.router_tuning import TunedModel
+from moecache.records.run import RunResult
 from moecache.report import replayed
 from moecache.runs import at_multiplier
 
@@ -19,14 +22,24 @@ PAPER_MODEL = "OLMoE-1B-7B"  # NLL and accuracy sizes compare only on the paper'
 HOLDS, DIFFERS, NOT_COMPARABLE, NOT_RUN = "holds", "differs", "not comparable", "not run"
 
 
-# Results files whose `settings` say what config the run used (Results.settings).
+# Results files whose `settings` say what config the run used (Results.settings), and the
+# record each holds (RunResult: a decode run's; None: the learned stage's, read as JSON).
 STAMPED = (
-    "results/runs/{shard}/*.json",
-    "results/controller/sweep/*/*.json",
-    "results/router_tuning/measured/*.json",
-    "results/learned/evaluation.json",
-    "results/accuracy/*/summary.json",
+    ("results/runs/{shard}/*.json", RunResult),
+    ("results/controller/sweep/*/*.json", RunResult),
+    ("results/router_tuning/measured/*.json", TunedModel),
+    ("results/learned/evaluation.json", None),
+    ("results/accuracy/*/summary.json", AccuracySummary),
 )
+
+
+def stamped_settings(path: Path, kind) -> dict:
+    """The settings a results file stamps, read as its record `kind` (None: as JSON)."""
+    if kind is RunResult:
+        return read_run(path).settings
+    if kind is None:
+        return read_json(path).get("settings", {})
+    return read_record(path, kind).settings
 
 
 class Missing(Exception):
@@ -71,13 +84,11 @@ class Results:
         where no results file here records any."""
         merged = {}
         shard = self.shards[0] if self.shards else "*"
-        for pattern in STAMPED:
+        for pattern, kind in STAMPED:
             found = sorted(self.workdir.glob(pattern.format(shard=shard)))
             if not found:
                 continue
-            is_run = pattern == STAMPED[0]  # a decode run's file: read as its record
-            stamped = read_run(found[0]).settings if is_run else read_json(found[0])
-            for section, value in (stamped if is_run else stamped.get("settings", {})).items():
+            for section, value in stamped_settings(found[0], kind).items():
                 merged.setdefault(section, value)
         return merged or None
 

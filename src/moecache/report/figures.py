@@ -17,6 +17,7 @@ from moecache import provenance  # noqa: E402
 from moecache.atomic import atomic_file, write_json  # noqa: E402
 from moecache.costs import equation  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
+from moecache.records.bandwidth import BandwidthResult  # noqa: E402
 from moecache.records.io import read_dict, read_run_dict  # noqa: E402
 from moecache.records.replay import ForesightResult  # noqa: E402
 from moecache.report import batching, figures_overlap, replayed  # noqa: E402
@@ -31,7 +32,7 @@ def fig1(runs, scaled, bandwidth):
     95% interval over sequences and its run's name, placed where no other name is."""
     if not bandwidth:
         raise MoecacheError("fig1: give --bandwidth (this machine's tau)")
-    own = read(bandwidth[0])
+    own = read_dict(bandwidth[0], BandwidthResult)
     tau1 = equation.tau_1x(own)
     points = [equation.point(read_run_dict(path), tau1, path) for path in runs]
     measured: dict = {}

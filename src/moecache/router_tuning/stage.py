@@ -3,7 +3,6 @@ untuned base or a merged variant) in the harness."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -12,6 +11,8 @@ import torch
 from moecache import provenance
 from moecache.atomic import atomic_dir
 from moecache.errors import MoecacheError
+from moecache.records.io import read_dict
+from moecache.records.router_tuning import TunedModel, TuningLog
 
 MODELS = ("base", "sft", "hit", "tag", "harness")
 # Largest logit difference allowed between the merged and the adapter model: fp32 folds the
@@ -93,7 +94,7 @@ def fine_tune(settings, variant, model_source, tokenizer_source, text_path, out_
             "log": log,
             "seconds": time.perf_counter() - started,
         }
-        provenance.write_results(tmp / TRAINING_LOG, report, settings, device)
+        provenance.write_results(tmp / TRAINING_LOG, report, settings, device, kind=TuningLog)
     return report
 
 
@@ -141,7 +142,7 @@ def measure(settings, name, model_source, tokenizer_source, sequences_path, out)
     own = harness.harness_counts(model, own_text, settings, starts=[len(s) for s in starts])
     training = None
     if name != "base":
-        training = json.loads((Path(model_source).parent / TRAINING_LOG).read_text())
+        training = read_dict(Path(model_source).parent / TRAINING_LOG, TuningLog)
         training = {key: training[key] for key in TRAINING_SUMMARY}
     report = {
         "model": name,
@@ -151,7 +152,7 @@ def measure(settings, name, model_source, tokenizer_source, sequences_path, out)
         "own_generations": own,
         "training": training,
     }
-    return provenance.write_results(out, report, settings, device)
+    return provenance.write_results(out, report, settings, device, kind=TunedModel)
 
 
 TRAINING_SUMMARY = (

@@ -9,7 +9,11 @@ from pathlib import Path
 
 from moecache.errors import MoecacheError
 from moecache.policies.all_resident import AllResident
-from moecache.records.io import read_run_dict
+from moecache.records.bandwidth import BandwidthResult, LinkCheckResult
+from moecache.records.gates import GatesResult
+from moecache.records.io import read_dict, read_run_dict
+from moecache.records.profile import ProfileResult
+from moecache.records.training import ModelTraining
 from moecache.report.numbers.format import (
     benchmark_seconds,
     cell,
@@ -27,11 +31,11 @@ from moecache.runs import at_multiplier
 
 def model_section(workdir: Path) -> str:
     """The trained model, its training, what one copy and one token cost, routing reuse."""
-    profile = read(workdir / "results/profile/model.json")
+    profile = read_dict(workdir / "results/profile/model.json", ProfileResult)
     rows = []
     training_file = workdir / "results/model/training.json"
     if training_file.exists():  # the embedded model; a pretrained one has no training
-        training = read(training_file)
+        training = read_dict(training_file, ModelTraining)
         parameters = count(training["parameters"])
         config_file = workdir / "results/model/config.json"
         # The embedded model is an OLMoE: every layer sparse, its config's own key names.
@@ -83,7 +87,9 @@ def model_section(workdir: Path) -> str:
 
 def gates_section(workdir: Path, shards: Sequence[str]) -> str:
     """Per shard: base NLL both ways, each lossless gate run's NLL difference, throughput."""
-    reports = {shard: read(workdir / f"results/gates/{shard}.json") for shard in shards}
+    reports = {
+        shard: read_dict(workdir / f"results/gates/{shard}.json", GatesResult) for shard in shards
+    }
     runs = list(dict.fromkeys(name for r in reports.values() for name in r["runs"]))
 
     def row(label: str, cell: Callable[[dict], str]) -> list[str]:
@@ -129,7 +135,7 @@ def bandwidth_section(workdir: Path, files: Sequence[Path] | None = None) -> str
         raise MoecacheError(f"{workdir / 'results/bandwidth'}: no bandwidth files")
     per_multiplier, per_device = [], []
     for path in files:
-        r = read(path)
+        r = read_dict(path, BandwidthResult)
         device = f"{Path(path).stem} ({r.get('device_name', 'n/a')})"
         for m in sorted(r["multipliers"], key=float):
             row = r["multipliers"][m]
@@ -185,7 +191,7 @@ def link_section(workdir: Path) -> str:
         return "No link check in this run (no run of the config has a multiplier above 1)."
     rows = []
     for path in found:
-        r = read(path)
+        r = read_dict(path, LinkCheckResult)
         device = f"{path.stem} ({r.get('device_name', 'n/a')})"
         for row in r["runs"]:
             low, high = row["compute_ms_ci"]
@@ -200,7 +206,7 @@ def link_section(workdir: Path) -> str:
                     fixed(row["tau_ratio_to_1x"], 1),
                 )
             )
-    r = read(found[0])
+    r = read_dict(found[0], LinkCheckResult)
     return (
         f"LRU at C = {r['capacity']}, {count(r['timed_tokens'])} timed tokens "
         f"({r['sequences']} sequence(s)), every run interleaved, sequence by sequence in a "

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from moecache.errors import MoecacheError
 from moecache.records.io import read_dict, read_replay_dict
-from moecache.records.replay import BoundResult, ForesightResult, OptimumSweep
+from moecache.records.replay import BoundResult, ForesightResult, OptimumSweep, ReplayBenchmark
 from moecache.report import replayed
-from moecache.report.numbers.format import count, fixed, percent, read, sig, table, yes
+from moecache.report.numbers.format import count, fixed, percent, sig, table, yes
 
 
 def replay_section(workdir: Path, shards: Sequence[str]) -> str:
@@ -68,7 +68,7 @@ def replay_section(workdir: Path, shards: Sequence[str]) -> str:
         )
     bench_file = workdir / "results/replay/benchmark.json"
     if bench_file.exists():
-        parts.append(benchmark_table(read(bench_file)))
+        parts.append(benchmark_table(read_dict(bench_file, ReplayBenchmark)))
     return "\n\n".join(parts)
 
 

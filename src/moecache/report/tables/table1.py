@@ -12,7 +12,8 @@ import pandas as pd
 from moecache.atomic import read_json as read
 from moecache.costs import equation
 from moecache.errors import MoecacheError
-from moecache.records.io import read_run, read_run_dict
+from moecache.records.bandwidth import BandwidthResult
+from moecache.records.io import read_dict, read_run, read_run_dict
 from moecache.report.tables import overlap
 from moecache.report.tables.base import Table, not_produced
 
@@ -79,7 +80,7 @@ def devices_frame(bandwidth, gpu_check=(), notes=None) -> pd.DataFrame:
     check that measured no bandwidth is left out (a line in `notes` says so)."""
     rows = []
     for path in bandwidth:
-        r = read(path)
+        r = read_dict(path, BandwidthResult)
         rows.append(device_row(r, r["device_name"], Path(path).stem, "bandwidth"))
     for path in gpu_check:
         r = read(path)
@@ -129,7 +130,7 @@ def cost_model_verdicts(rows: list[dict]) -> list[str]:
 def cost_model_part(runs, scaled, bandwidth) -> CostModelPart:
     """Equation (1) with every timed copy against the runs repeated at each multiplier:
     the rows of Table 1's cost-model part and the winner checks."""
-    own = read(bandwidth[0])
+    own = read_dict(bandwidth[0], BandwidthResult)
     tau1 = equation.tau_1x(own)
     # Equation (1) prices blocking copies: overlapped runs are Table 1's overlapped part.
     runs, scaled = blocking(runs), blocking(scaled)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from moecache.atomic import read_json as read
+from moecache.records.accuracy import AccuracySummary
+from moecache.records.io import read_dict
 from moecache.report.tables.base import Table, not_produced
 from moecache.runs import AccuracyRowName
 
@@ -41,7 +42,7 @@ def table2(accuracy=()) -> Table:
         )
     rows, notes = [], []
     for path in accuracy:
-        report = read(path)
+        report = read_dict(path, AccuracySummary)
         task = report["task"].removeprefix("moecache_")
         seeds = {}
         for row in report["rows"]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from moecache.atomic import read_json as read
 from moecache.errors import MoecacheError
+from moecache.records.io import read_dict
+from moecache.records.router_tuning import TunedModel
 from moecache.report.tables.base import Table, not_produced
 from moecache.report.verdicts.router_tuning import GapVerdict, gap_verdicts
 
@@ -35,7 +36,8 @@ def table3(router=()) -> Table:
             "needs the router fine-tuning runs (config section router_tuning)",
             COLUMNS,
         )
-    found = {read(path)["model"]: read(path) for path in router}
+    measured = [read_dict(path, TunedModel) for path in router]
+    found = {m["model"]: m for m in measured}
     if "base" not in found:
         raise MoecacheError("table3: no measurement of the untuned base among --router")
     base = found["base"]
