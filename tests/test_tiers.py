@@ -70,6 +70,16 @@ def test_bypass_splits_every_miss_into_a_copy_or_a_compute(embedded):
     assert (bypass.copies + bypass.computes <= requests).all()
 
 
+def test_the_oracle_predicts_within_its_foresight(embedded):
+    def counts(rule):
+        c = tiers.run(embedded, rule, 16, admission="bypass")
+        return c.copies.tolist(), c.computes.tolist()
+
+    whole = counts("farthest-future")
+    assert counts("farthest-future:foresight=1000") == whole  # streams are 256 tokens
+    assert counts("farthest-future:foresight=2") != whole
+
+
 @pytest.mark.parametrize(
     "tokens, rule, copies, computes",
     [

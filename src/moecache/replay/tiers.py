@@ -11,7 +11,8 @@ Per token, as in the harness, the token's k experts are needed together:
 - admission `bypass`: a missing expert is copied in only into a free slot or when its
   predicted next use is sooner than the victim's; otherwise the token computes it on the
   host (a host compute). The prediction is the true next use for a rule that reads the
-  future (farthest-future: the oracle rule), else recency (the more recently used is
+  future (farthest-future: the oracle rule; within its foresight when it has one), else
+  recency (the more recently used is
   predicted to come back sooner: a never-used expert displaces no one).
 
 Every device miss, copied or computed, needs the expert in host memory: the host tier sees
@@ -107,7 +108,10 @@ def device_stream(policy: EvictionPolicy, requests, probs, bypass: bool):
     it, and each token's misses (copied or computed: what the host must hold)."""
     policy.reset(requests[None] if policy.needs_future else None, streams=1)
     pools = Pools(1, policy.num_experts, policy.capacity)
-    predict = (NextUse if policy.needs_future else Recency)(requests, policy.num_experts)
+    if policy.needs_future:
+        predict = NextUse(requests, policy.num_experts, getattr(policy, "foresight", None))
+    else:
+        predict = Recency(requests, policy.num_experts)
     copies = np.zeros(len(requests), dtype=np.int64)
     full = np.zeros(len(requests), dtype=bool)
     been_full, misses = False, []
@@ -137,7 +141,7 @@ def admitted(policy, t, at, probs, pools, missing, predict) -> StepPlan:
     victims = NONE
     if len(rest):
         order = policy.eviction_order(t, slice(0, 1), at, probs, pools, len(rest))[0]
-        sooner = predict.requested(t, rest) < predict.resident(order)
+        sooner = predict.requested(t, rest) < predict.resident(t, order)
         taken = len(sooner) if sooner.all() else int(np.argmin(sooner))  # first refusal ends
         victims = order[:taken]
     policy.learn(t, slice(0, 1), at, probs)
@@ -147,19 +151,25 @@ def admitted(policy, t, at, probs, pools, missing, predict) -> StepPlan:
 
 
 class NextUse:
-    """The oracle's prediction: each expert's true next use (lower is sooner)."""
+    """The oracle's prediction: each expert's true next use (lower is sooner), seen only
+    within the rule's foresight when it has one (beyond it: never)."""
 
-    def __init__(self, requests, num_experts: int):
-        self.after, ahead, _ = next_requests(requests[None], num_experts)
-        self.ahead, self.requests = ahead[0], requests
+    def __init__(self, requests, num_experts: int, foresight: int | None = None):
+        self.after, ahead, self.never = next_requests(requests[None], num_experts)
+        self.ahead, self.requests, self.foresight = ahead[0], requests, foresight
+
+    def seen(self, t: int, ahead: np.ndarray) -> np.ndarray:
+        if self.foresight is None:
+            return ahead
+        return np.where(ahead - t > self.foresight, self.never, ahead)
 
     def requested(self, t: int, experts) -> np.ndarray:
         """Next use after t of experts token t requests."""
         at = (self.requests[t][None, :] == np.asarray(experts)[:, None]).argmax(axis=1)
-        return self.after[t, 0][at]
+        return self.seen(t, self.after[t, 0][at])
 
-    def resident(self, experts) -> np.ndarray:
-        return self.ahead[experts]
+    def resident(self, t: int, experts) -> np.ndarray:
+        return self.seen(t, self.ahead[experts])
 
     def learn(self, t: int, request) -> None:
         self.ahead[request] = self.after[t, 0]
@@ -174,7 +184,7 @@ class Recency:
     def requested(self, t: int, experts) -> np.ndarray:
         return -self.last[experts]
 
-    def resident(self, experts) -> np.ndarray:
+    def resident(self, t: int, experts) -> np.ndarray:
         return -self.last[experts]
 
     def learn(self, t: int, request) -> None:
