@@ -178,6 +178,17 @@ def test_the_optimum_on_recorded_demand_is_certified(embedded):
         assert best["certified"] and best["bound_ms"] <= best["ms"] + 1e-9 <= rule["ms"] + 1e-9
 
 
+def test_a_stopped_search_is_no_worse_than_the_rules_it_starts_from(embedded):
+    part = from_arrays(embedded.requests[:2, :128], 64)
+    rules = ["lru", "farthest-future"]
+    section = tier_report.prices()
+    report = tier_report.report(part, 16, 32, rules, "lru", ["always"], section, True, 0.2)
+    best = report["schedules"]["optimum/always"]["streams"]
+    for s, row in enumerate(best):
+        rule = min(report["schedules"][f"{r}/always"]["streams"][s]["ms"] for r in rules)
+        assert row["bound_ms"] <= row["ms"] <= rule + 1e-9
+
+
 # -- the command -------------------------------------------------------------------------
 
 

@@ -88,9 +88,10 @@ class Program:
         self.row_low.append(float(low))
         self.row_high.append(float(high))
 
-    def solve(self, offset: float, integer: bool, seconds: float | None = None):
+    def solve(self, offset: float, integer: bool, seconds: float | None = None, start=None):
         """(objective, column values, dual bound) of min cost.x + offset; an integer
-        program stopped after `seconds` gives its best schedule and HiGHS's bound then."""
+        program stopped after `seconds` gives its best schedule and HiGHS's bound then.
+        `start`: column values of a known schedule, HiGHS's first incumbent."""
         model = highspy.HighsLp()
         n, m = len(self.cost), len(self.row_low)
         model.num_col_, model.num_row_ = n, m
@@ -113,6 +114,10 @@ class Program:
         if seconds is not None:
             highs.setOptionValue("time_limit", float(seconds))
         highs.passModel(model)
+        if start is not None:
+            given = highspy.HighsSolution()
+            given.col_value = list(map(float, start))
+            highs.setSolution(given)
         highs.run()
         status = highs.modelStatusToString(highs.getModelStatus())
         stopped = status == "Time limit reached" and highs.getInfo().primal_solution_status == 2
@@ -145,10 +150,13 @@ def solve_stream(
     bypass: bool,
     prices: Prices,
     seconds: float | None = None,
+    start: tuple | None = None,
 ) -> TierOptimum:
     """The least-cost demand-driven schedule of one stream [T, k] (PAD tokens after its
     end), over a host of `host` experts (None: every expert, no disk). After `seconds` the
-    search stops with its best schedule, `certified` false and the dual bound below it."""
+    search stops with its best schedule, `certified` false and the dual bound below it.
+    `start`: a replayed schedule to begin from, (device, host) as tiers.run keeps them
+    ([T, N] contents after each token; host None without a disk)."""
     begin = time.perf_counter()
     stream = lp._stream(requests, num_experts, capacity)
     if host is not None and not capacity <= host <= num_experts:
@@ -181,7 +189,10 @@ def solve_stream(
         capacity_rows(prog, token, z, spans, y, len(stream), host)
     offset = prices.compute * count
     relaxation = prog.solve(offset, integer=False)[0]
-    cost, value, bound = prog.solve(offset, integer=True, seconds=seconds)
+    values = None
+    if start is not None:
+        values = started(start, expert, token, gap_end, host is not None, bypass)
+    cost, value, bound = prog.solve(offset, integer=True, seconds=seconds, start=values)
     value = np.round(value)
     served, kept = value[a], np.zeros(count)
     kept[gap_end] = value[x]
@@ -197,6 +208,24 @@ def solve_stream(
         certified=bool(certified),
         seconds=time.perf_counter() - begin,
     )
+
+
+def started(start, expert, token, gap_end, with_host: bool, bypass: bool) -> np.ndarray:
+    """The program's columns (a, x, then z, y) for a replayed demand-driven schedule: a use
+    is on the device if the expert is there after its token, a gap kept if the expert is
+    there after its first use and still before its second (it enters only at uses)."""
+    device, host = start
+    a = device[token, expert]
+    if not bypass and not a.all():
+        raise MoecacheError("tier bound: a start without bypass serves every use on the device")
+    before = token[gap_end] - 1
+    x = a[gap_end - 1] & device[before, expert[gap_end]]
+    columns = [a, x]
+    if with_host:
+        z = host[token, expert]
+        # Kept through and still held at the second use (a host step there may evict it).
+        columns += [z, z[gap_end - 1] & host[before, expert[gap_end]] & z[gap_end]]
+    return np.concatenate(columns).astype(np.float64)
 
 
 def capacity_rows(prog: Program, token, at_use, spans, bridged, tokens: int, room: int) -> None:

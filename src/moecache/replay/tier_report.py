@@ -46,15 +46,19 @@ def report(
         tiers.check_shape(demand, capacity, host, admission)
     price = event_prices(section)
     tokens = int(sum(dict(zip(demand.sequences, demand.lengths.tolist(), strict=True)).values()))
-    schedules = {}
+    schedules, kept = {}, {}
     for rule in rules:
         for admission in admissions:
-            counts = tiers.run(demand, rule, capacity, host, host_rule, admission)
+            counts = tiers.run(demand, rule, capacity, host, host_rule, admission, keep=optimum)
             rows = {name: getattr(counts, name) for name in COUNTED}
             schedules[f"{rule}/{admission}"] = tallied(demand, rows, price, tokens)
+            kept[f"{rule}/{admission}"] = counts
     if optimum:
         for admission in admissions:
-            best = optimal(demand, capacity, host, admission == "bypass", price, optimum_seconds)
+            starts = cheapest(schedules, kept, admission)
+            best = optimal(
+                demand, capacity, host, admission == "bypass", price, optimum_seconds, starts
+            )
             check_below(schedules, admission, best, demand)
             schedules[f"optimum/{admission}"] = tallied(demand, best, price, tokens)
     return {
@@ -70,8 +74,20 @@ def report(
     }
 
 
-def optimal(demand, capacity, host, bypass, price, seconds) -> dict:
-    """Per stream: the optimum's counts, its cost, HiGHS's bound and whether they meet."""
+def cheapest(schedules: dict, kept: dict, admission: str) -> list | None:
+    """Per stream, the contents of the cheapest replayed schedule the optimum of
+    `admission` may start from (bypass: any; always: those that always admit)."""
+    names = [n for n in kept if admission == "bypass" or n.endswith("/always")]
+    if not names:  # only bypassing rules replayed: nothing the forced optimum may start from
+        return None
+    cost = np.array([[row["ms"] for row in schedules[n]["streams"]] for n in names])
+    picked = cost.argmin(axis=0)
+    return [(kept[names[r]].device[s], kept[names[r]].host[s]) for s, r in enumerate(picked)]
+
+
+def optimal(demand, capacity, host, bypass, price, seconds, starts) -> dict:
+    """Per stream: the optimum's counts, its cost, HiGHS's bound and whether they meet;
+    each search starts from the stream's schedule in `starts` (None: from nothing)."""
     found = [
         tier_bound.solve_stream(
             demand.requests[s, : demand.lengths[s]],
@@ -81,6 +97,7 @@ def optimal(demand, capacity, host, bypass, price, seconds) -> dict:
             bypass,
             price,
             seconds,
+            starts[s] if starts else None,
         )
         for s in range(len(demand.streams))
     ]

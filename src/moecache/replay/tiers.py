@@ -49,6 +49,10 @@ class TierCounts:
     steady: np.ndarray
     reads: np.ndarray
     computes: np.ndarray
+    # With keep: per stream, [T, N] whether each expert is on the device (and in the host;
+    # None without a disk) after each token: the schedule, for the optimum's warm start.
+    device: list | None = None
+    host: list | None = None
 
 
 def check_shape(demand: Demand, capacity: int, host: int | None, admission: str) -> None:
@@ -86,20 +90,29 @@ def run(
     host: int | None = None,
     host_rule: str = "lru",
     admission: str = "always",
+    keep: bool = False,
 ) -> TierCounts:
-    """The tier counts of device rule `rule` over host rule `host_rule`."""
+    """The tier counts of device rule `rule` over host rule `host_rule` (with `keep`, the
+    tiers' contents after each token too)."""
     check_shape(demand, capacity, host, admission)
     device = ranked_rule(rule, demand, capacity, "device")
     keeper = None if host is None else ranked_rule(host_rule, demand, host, "host")
     out = TierCounts(*(np.zeros(len(demand.streams), dtype=np.int64) for _ in COUNTS))
+    if keep:
+        out.device, out.host = [], []
     for s in range(len(demand.streams)):
         requests = demand.requests[s, : demand.lengths[s]]
         probs = None if demand.probs is None else demand.probs[s, : demand.lengths[s]]
-        copies, full, misses = device_stream(device, requests, probs, admission == "bypass")
+        copies, full, misses, held = device_stream(device, requests, probs, admission == "bypass")
         out.copies[s] = copies.sum()
         out.steady[s] = counting.split(copies, full)[1].sum()
         out.computes[s] = sum(len(m) for m in misses) - out.copies[s]
-        out.reads[s] = 0 if keeper is None else host_stream(keeper, misses, demand.top_k)
+        hosted = None
+        if keeper is not None:
+            out.reads[s], hosted = host_stream(keeper, misses, demand.top_k)
+        if keep:
+            out.device.append(held)
+            out.host.append(hosted)
     return out
 
 
@@ -115,6 +128,7 @@ def device_stream(policy: EvictionPolicy, requests, probs, bypass: bool):
     copies = np.zeros(len(requests), dtype=np.int64)
     full = np.zeros(len(requests), dtype=bool)
     been_full, misses = False, []
+    held = np.zeros((len(requests), policy.num_experts), dtype=bool)
     for t, request in enumerate(requests):
         row = None if probs is None or not policy.needs_probs else probs[t][None]
         at = request[None]
@@ -128,7 +142,8 @@ def device_stream(policy: EvictionPolicy, requests, probs, bypass: bool):
         pools.apply(1, step)
         been_full = bool(counting.has_been_full(been_full, pools.count[0], policy.capacity))
         misses.append(missing)
-    return copies, full, misses
+        held[t] = pools.resident[0]
+    return copies, full, misses, held
 
 
 def admitted(policy, t, at, probs, pools, missing, predict) -> StepPlan:
@@ -191,20 +206,26 @@ class Recency:
         self.last[request] = t
 
 
-def host_stream(policy: EvictionPolicy, misses: list[np.ndarray], top_k: int) -> int:
-    """Disk reads of one stream's host tier: it serves the device's misses, one request per
-    token that has any, and starts empty."""
-    groups = [m for m in misses if len(m)]
+def host_stream(policy: EvictionPolicy, misses: list[np.ndarray], top_k: int):
+    """Disk reads of one stream's host tier and what it holds after each token [T, N]: it
+    serves the device's misses, one request per token that has any, and starts empty."""
+    held = np.zeros((len(misses), policy.num_experts), dtype=bool)
+    steps = [t for t, m in enumerate(misses) if len(m)]
+    groups = [misses[t] for t in steps]
     if not groups:
-        return 0
+        return 0, held
     rows = np.full((len(groups), top_k), PAD, dtype=np.int64)
     for i, group in enumerate(groups):
         rows[i, : len(group)] = group
     policy.reset(future(rows) if policy.needs_future else None, streams=1)
     pools = Pools(1, policy.num_experts, policy.capacity)
     reads = 0
-    for t, group in enumerate(groups):
-        step = policy.step(t, group[None], None, pools)
+    for i, (t, group) in enumerate(zip(steps, groups, strict=True)):
+        step = policy.step(i, group[None], None, pools)
         pools.apply(1, step)
         reads += int(step.copies[0])
-    return reads
+        held[t] = pools.resident[0]
+    for t in range(1, len(held)):  # a token without misses leaves the host as it was
+        if not len(misses[t]):
+            held[t] = held[t - 1]
+    return reads, held
