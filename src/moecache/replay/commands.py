@@ -374,7 +374,8 @@ def register(sub) -> None:
     p.add_argument(
         "--rule",
         action="append",
-        help="a rule, with parameters as name:key=value,...; repeat for more (default: all)",
+        help="a rule, with parameters as name:key=value,...; repeat for more (default: all; "
+        "with --tiers, the device's: lru and farthest-future)",
     )
     p.add_argument(
         "--per-request",

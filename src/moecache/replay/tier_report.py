@@ -55,10 +55,9 @@ def report(
             kept[f"{rule}/{admission}"] = counts
     if optimum:
         for admission in admissions:
-            starts = cheapest(schedules, kept, admission)
-            best = optimal(
-                demand, capacity, host, admission == "bypass", price, optimum_seconds, starts
-            )
+            begin = starts(demand, capacity, host, admission, kept, price)
+            bypass = admission == "bypass"
+            best = optimal(demand, capacity, host, bypass, price, optimum_seconds, begin)
             check_below(schedules, admission, best, demand)
             schedules[f"optimum/{admission}"] = tallied(demand, best, price, tokens)
     return {
@@ -74,20 +73,22 @@ def report(
     }
 
 
-def cheapest(schedules: dict, kept: dict, admission: str) -> list | None:
-    """Per stream, the contents of the cheapest replayed schedule the optimum of
-    `admission` may start from (bypass: any; always: those that always admit)."""
-    names = [n for n in kept if admission == "bypass" or n.endswith("/always")]
-    if not names:  # only bypassing rules replayed: nothing the forced optimum may start from
-        return None
-    cost = np.array([[row["ms"] for row in schedules[n]["streams"]] for n in names])
-    picked = cost.argmin(axis=0)
-    return [(kept[names[r]].device[s], kept[names[r]].host[s]) for s, r in enumerate(picked)]
+def starts(demand, capacity, host, admission, kept: dict, price) -> list:
+    """Per stream, the cheapest replayed schedule the optimum of `admission` may start
+    from: the report's rules (with `always`, those that always admit) and farthest-future
+    over a farthest-future host."""
+    runs = [c for name, c in kept.items() if admission == "bypass" or name.endswith("/always")]
+    oracle = "farthest-future"
+    runs.append(tiers.run(demand, oracle, capacity, host, oracle, admission, keep=True))
+    cost = np.stack(
+        [c.copies * price.copy + c.reads * price.read + c.computes * price.compute for c in runs]
+    )
+    return [(runs[r].device[s], runs[r].host[s]) for s, r in enumerate(cost.argmin(axis=0))]
 
 
 def optimal(demand, capacity, host, bypass, price, seconds, starts) -> dict:
     """Per stream: the optimum's counts, its cost, HiGHS's bound and whether they meet;
-    each search starts from the stream's schedule in `starts` (None: from nothing)."""
+    each search starts from the stream's schedule in `starts`."""
     found = [
         tier_bound.solve_stream(
             demand.requests[s, : demand.lengths[s]],
@@ -97,7 +98,7 @@ def optimal(demand, capacity, host, bypass, price, seconds, starts) -> dict:
             bypass,
             price,
             seconds,
-            starts[s] if starts else None,
+            starts[s],
         )
         for s in range(len(demand.streams))
     ]
