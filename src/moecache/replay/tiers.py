@@ -160,7 +160,7 @@ def admitted(policy, t, at, probs, pools, missing, predict) -> StepPlan:
         taken = len(sooner) if sooner.all() else int(np.argmin(sooner))  # first refusal ends
         victims = order[:taken]
     policy.learn(t, slice(0, 1), at, probs)
-    admit = missing[: max(free, 0) + len(victims)]
+    admit = missing[: free + len(victims)]
     every = np.ones((1, len(admit)), dtype=bool)
     return StepPlan(admit[None], every, np.array([len(admit)]), victims)
 
