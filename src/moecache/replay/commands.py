@@ -35,6 +35,11 @@ def batched(args) -> bool:
 def cmd_replay(args):
     from moecache.replay import batch, engine, flat, stream, tracefile
 
+    if args.tiers:
+        return cmd_tiers(args)
+    alone = [flag for flag, given in tiers_flags(args) if given]
+    if alone:
+        raise MoecacheError(f"{alone[0]}: only with --tiers")
     if args.per_request and batched(args):
         raise MoecacheError("--per-request counts one sequence's requests; not with --batch")
     if batched(args):
@@ -62,6 +67,88 @@ def cmd_replay(args):
             + (f"  prefill {t['prefill_copies']} copies" if "prefill_copies" in t else "")
         )
     emit(args, report, lines, [source], origin, ReplayResult)
+
+
+def tiers_flags(args):
+    """The flags only a tiered replay reads, and whether each was given."""
+    return [
+        ("--host", args.host is not None),
+        ("--host-rule", args.host_rule is not None),
+        ("--admission", args.admission is not None),
+        ("--optimum", args.optimum),
+        ("--optimum-seconds", args.optimum_seconds is not None),
+        ("--config", args.config is not None),
+        ("--settings", args.settings is not None),
+    ]
+
+
+def host_size(text: str | None) -> int | None:
+    """--host: experts per layer in host memory, or inf (every expert: no disk)."""
+    if text is None or text == "inf":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise MoecacheError(f"--host {text}: an expert count or inf") from None
+
+
+def cmd_tiers(args):
+    """replay --tiers: the device pool over a host cache and disk, or over host compute."""
+    from moecache.records.tiers import TiersResult
+    from moecache.replay import tier_report
+
+    if args.per_request or batched(args):
+        raise MoecacheError(
+            "--tiers replays one sequence a step, per token: not with "
+            "--per-request, --batch, --batching continuous or --prefill"
+        )
+    seconds = args.optimum_seconds
+    if seconds is not None and seconds <= 0:
+        raise MoecacheError(f"--optimum-seconds {seconds:g}: must be positive")
+    section = None
+    if args.config or args.settings:
+        section = load_settings(args, ("tiers",)).get("tiers")
+    host = host_size(args.host)
+    demand, source = read_demand(args)
+    report = tier_report.report(
+        demand,
+        args.capacity,
+        host,
+        args.rule or ["lru", "farthest-future"],
+        args.host_rule or "lru",
+        list(dict.fromkeys(args.admission or ["always", "bypass"])),
+        tier_report.prices(section),
+        args.optimum,
+        seconds if seconds is not None else OPTIMUM_SECONDS,
+    )
+    emit(args, report, tiers_lines(report), [source], demand.origin, TiersResult)
+
+
+OPTIMUM_SECONDS = 10.0  # per stream: the optimum's search stops there with its bound
+
+
+def tiers_lines(report: dict) -> list[str]:
+    p = report["prices"]
+    host = "no disk" if report["host"] is None else f"H = {report['host']} ({report['host_rule']})"
+    lines = [
+        f"C = {report['capacity']} over {host}; ms per copy {p['host_to_device_ms']:g}, "
+        f"read {p['disk_to_host_ms']:g}, host compute {p['host_compute_ms']:g}; "
+        f"{report['tokens']} tokens",
+        f"{'schedule':28s} {'copies':>8s} {'reads':>7s} {'computes':>9s} {'ms/token':>9s}",
+    ]
+    for name, schedule in report["schedules"].items():
+        t = schedule["totals"]
+        bound = ""
+        if "certified" in t:
+            bound = (
+                f"  bound {t['bound_ms'] / report['tokens']:.3f}, certified "
+                f"{t['certified_streams']}/{report['streams']} streams, {t['seconds']:.1f} s"
+            )
+        lines.append(
+            f"{name:28s} {t['copies']:8d} {t['reads']:7d} {t['computes']:9d} "
+            f"{t['ms_per_token']:9.3f}{bound}"
+        )
+    return lines
 
 
 def cmd_bound(args):
@@ -293,7 +380,8 @@ def register(sub) -> None:
     p.add_argument(
         "--rule",
         action="append",
-        help="a rule, with parameters as name:key=value,...; repeat for more (default: all)",
+        help="a rule, with parameters as name:key=value,...; repeat for more (default: all; "
+        "with --tiers, the device's: lru and farthest-future)",
     )
     p.add_argument(
         "--per-request",
@@ -301,6 +389,7 @@ def register(sub) -> None:
         help="count each token's k experts as k single requests, as one-request-at-a-time "
         "simulators do (not what decoding obeys: docs/replay.md)",
     )
+    tiers_arguments(p)
     p = on_batched_demand(
         add(sub, "bound", cmd_bound, "B_flat, the exact B* (LP) and greedy B_greedy")
     )
@@ -345,6 +434,32 @@ def register(sub) -> None:
         )
     )
     p.add_argument("--rounds", type=int, help="interleaved rounds (default: the config's)")
+
+
+def tiers_arguments(p: argparse.ArgumentParser) -> None:
+    """replay --tiers (docs/tiers.md); --rule then names the device's rules."""
+    p.add_argument(
+        "--tiers",
+        action="store_true",
+        help="the pool over a host cache and disk, or over host compute (docs/tiers.md)",
+    )
+    p.add_argument("--host", help="host experts per layer H, or inf: no disk (default inf)")
+    p.add_argument("--host-rule", help="the host's eviction rule (default lru)")
+    p.add_argument(
+        "--admission",
+        action="append",
+        choices=("always", "bypass"),
+        help="the device's admission; repeat for both (default both)",
+    )
+    p.add_argument(
+        "--optimum", action="store_true", help="add the least cost per admission (HiGHS)"
+    )
+    p.add_argument(
+        "--optimum-seconds",
+        type=float,
+        help=f"per stream, stop the optimum's search there (default {OPTIMUM_SECONDS:g})",
+    )
+    with_settings(p)
 
 
 def register_scale(sub) -> None:

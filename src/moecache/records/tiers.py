@@ -1,0 +1,30 @@
+"""A tiered replay's results as a typed record (`moecache replay --tiers --out`): the
+device pool's C over a host of H experts (None: no disk), the prices of one event, and per
+schedule (a device rule and its admission, or the optimum) its counts in total, per layer
+and per stream, as replay/tiers.py and replay/tier_report.py count them. records/io.py
+writes and reads it (read_record), refusing another schema or a missing field in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from moecache.records.replay import SCHEMA, TRACED, Traced
+
+
+@dataclass(frozen=True, kw_only=True)
+class TiersResult(Traced):
+    what: ClassVar[str] = "a tiered replay's results"
+    optional: ClassVar[tuple[str, ...]] = TRACED
+
+    schema: int = SCHEMA
+    capacity: int  # C, the device's experts per layer
+    host: int | None  # H, the host's experts per layer (None: every expert, no disk)
+    host_rule: str | None  # the host's eviction rule (None: no disk)
+    experts: int
+    top_k: int
+    streams: int
+    tokens: int  # tokens decoded (each sequence once): ms_per_token divides by these
+    prices: dict  # disk_to_host_ms, host_to_device_ms, host_compute_ms
+    schedules: dict  # "<rule>/<admission>" or "optimum/<admission>" -> totals, layers, streams
