@@ -1,0 +1,88 @@
+"""Next use: evict the resident least likely to be requested within the next few tokens.
+
+A logistic model, one per layer-free trace (policies share it across layers), gives the
+log-odds that expert e is requested in the `horizon` tokens after t from what is known at
+t: which experts token t requested (`follow` [N, N], co-activation learned once) and the
+router's log-probabilities over all experts at t (`router` [N, N]: the experts the router
+nearly chose come next), plus `bias` [N]. The rule adds `frequency` times the log of each
+expert's use count decayed by `decay` per token, and evicts the lowest total, ties to the
+least recently used, then the lowest id. The learned stage fits the model on its training
+trace (learned/next_use.py) and writes `weights`, a safetensors file of the three arrays.
+Causal: it reads requests up to t and the router's output for t.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moecache.errors import MoecacheError
+from moecache.policies.eviction import EvictionPolicy
+
+ARRAYS = ("follow", "router", "bias")
+FLOOR = 1e-6  # log-probabilities and counts below it are read as it
+
+
+class NextUse(EvictionPolicy):
+    name = "next-use"
+    by_default = False  # needs a trained file
+    needs_probs = True
+
+    def __init__(
+        self,
+        capacity,
+        num_experts,
+        top_k,
+        weights: str = "",
+        frequency: float = 0.3,
+        decay: float = 0.9,
+    ):
+        super().__init__(capacity, num_experts, top_k)
+        if not weights:
+            raise MoecacheError(f"policy {self.name}: needs weights=<model .safetensors file>")
+        if frequency < 0 or not 0 < decay < 1:
+            raise MoecacheError(
+                f"policy {self.name}: frequency {frequency} must not be negative, decay "
+                f"{decay} must lie in (0, 1)"
+            )
+        self.weights, self.frequency, self.decay = weights, frequency, decay
+        self.model = None  # loaded at the first reset: configs are checked before training
+
+    def reset(self, future=None, streams=1):
+        super().reset(future, streams)
+        if self.model is None:
+            self.model = load(self.weights, self.num_experts)
+        self.count = np.zeros((streams, self.num_experts))
+        self.request = np.zeros((streams, self.num_experts))
+
+    def step(self, t, at, probs, pools):
+        rows = slice(0, len(at))
+        self.request[rows] = 0.0
+        self.request.put(at, 1.0)  # token t's request, known before its victims
+        return super().step(t, at, probs, pools)
+
+    def priority(self, t, rows, probs):
+        follow, router, bias = (self.model[a] for a in ARRAYS)
+        odds = self.request[rows] @ follow + np.log(np.maximum(probs, FLOOR)) @ router + bias
+        odds += self.frequency * np.log(np.maximum(self.count[rows], FLOOR))
+        return odds, self.recency[rows]
+
+    def learn(self, t, rows, at, probs):
+        super().learn(t, rows, at, probs)
+        self.count[rows] *= self.decay
+        self.count.put(at, 1.0 + self.count.take(at))
+
+
+def load(path: str, num_experts: int) -> dict[str, np.ndarray]:
+    """The model's arrays from `path`, checked against the layer's N experts."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        model = load_file(path)
+    except (OSError, SafetensorError) as error:
+        raise MoecacheError(f"{path}: not a readable next-use model ({error})") from None
+    shapes = {"follow": (num_experts,) * 2, "router": (num_experts,) * 2, "bias": (num_experts,)}
+    for name, shape in shapes.items():
+        if name not in model or model[name].shape != shape:
+            raise MoecacheError(f"{path}: array {name!r} missing or not shaped {shape}")
+    return {name: model[name].astype(np.float64) for name in ARRAYS}
