@@ -174,7 +174,11 @@ def cmd_learned_causal(args):
                     f"[{percent(low)}, {percent(high)}]"
                 )
     sources = [args.training, *traces.values()]
-    emit(args, study.as_dict(), lines, sources, provenance_of(settings), kind=CausalStudy)
+    from moecache import provenance
+
+    # Replay and the logistic fit run on the CPU, whatever the harness's device.
+    origin = provenance.stamp(settings, "cpu")
+    emit(args, study.as_dict(), lines, sources, origin, kind=CausalStudy)
 
 
 def register_causal(sub) -> None:

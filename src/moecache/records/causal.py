@@ -22,7 +22,7 @@ SCHEMA = 1
 class CausalStudy(Traced):
     version: ClassVar[int] = SCHEMA
     what: ClassVar[str] = "the causal eviction rules' study"
-    optional: ClassVar[tuple[str, ...]] = TRACED
+    optional: ClassVar[tuple[str, ...]] = ("settings", "device", *TRACED)
 
     schema: int = SCHEMA
     seed: int
@@ -31,6 +31,8 @@ class CausalStudy(Traced):
     tuning: dict  # rule -> {"grid": [{params, share}], "chosen": params}
     next_use: dict  # {"model": summary, "control": summary}
     shards: dict  # shard -> str(C) -> {"sequences", "rules": {rule: {copies, share, interval}}}
+    settings: dict | None = None  # the config sections it read (stamped)
+    device: str | None = None  # where it ran: the CPU
 
     def best(self) -> dict:
         """The causal rule (no control) with the highest lowest share over shards and
