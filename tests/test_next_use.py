@@ -21,12 +21,14 @@ from moecache.records.demand import Demand, padded
 from moecache.replay import engine
 
 
-def model_file(folder, num_experts: int, seed: int = 0) -> str:
+def model_file(folder, num_experts: int, seed: int = 0, layers=(0,)) -> str:
     rng = np.random.default_rng(seed)
+    n, many = num_experts, len(layers)
     model = {
-        "follow": rng.normal(size=(num_experts, num_experts)),
-        "router": rng.normal(size=(num_experts, num_experts)),
-        "bias": rng.normal(size=num_experts),
+        "follow": rng.normal(size=(many, n, n)),
+        "router": rng.normal(size=(many, n, n)),
+        "bias": rng.normal(size=(many, n)),
+        "layers": np.array(layers, dtype=np.int64),
     }
     path = folder / f"next-use-{num_experts}-{seed}.safetensors"
     fitting.save(model, path, {"made": "by a test"})
@@ -59,16 +61,28 @@ def test_a_missing_or_foreign_model_is_one_clear_error(tmp_path):
     bogus = tmp_path / "bogus.safetensors"
     bogus.write_bytes(b"not a model")
     wrong = model_file(tmp_path, 5)
-    for weights, why in (
-        (tmp_path / "none.safetensors", "not a readable next-use model"),
-        (bogus, "not a readable next-use model"),
-        (wrong, "missing or not shaped"),
+    two = model_file(tmp_path, 4, 1, layers=(0, 3))
+    for weights, layer, why in (
+        (tmp_path / "none.safetensors", None, "not a readable next-use model"),
+        (bogus, None, "not a readable next-use model"),
+        (wrong, None, "missing or not shaped"),
+        (two, None, "name the layer"),
+        (two, 1, "no model for layer 1"),
     ):
-        policy = make("next-use", 2, 4, 1, {"weights": str(weights)})
+        policy = make("next-use", 2, 4, 1, {"weights": str(weights), "layer": layer})
         with pytest.raises(MoecacheError, match=why):
             policy.reset()
+    policy = make("next-use", 2, 4, 1, {"weights": two, "layer": 3})
+    policy.reset()
+    assert np.array_equal(policy.model["bias"], fitting_bias(two, 1))
     with pytest.raises(MoecacheError, match="needs weights"):
         make("next-use", 2, 4, 1, {})
+
+
+def fitting_bias(path: str, at: int) -> np.ndarray:
+    from safetensors.numpy import load_file
+
+    return load_file(path)["bias"][at]
 
 
 def alternating(num_experts: int = 6, length: int = 60) -> Demand:
@@ -87,9 +101,11 @@ def test_the_fit_learns_what_follows_and_the_control_does_not():
     demand = alternating()
     model, summary = fitting.fit(demand, 1, 200, 0.1, 0.0, 0)
     assert summary["rows"] == 59 and not summary["permuted"]
-    follow = model["follow"] + model["bias"]
+    assert model["layers"].tolist() == [0] and model["follow"].shape == (1, 6, 6)
+    follow = model["follow"][0] + model["bias"][0]
     assert [int(np.argmax(follow[e, :3])) for e in range(3)] == [1, 2, 0]
     control, summary = fitting.fit(demand, 1, 200, 0.1, 0.0, 0, permute=True)
     assert summary["permuted"]
-    ranked = [int(np.argmax((control["follow"] + control["bias"])[e, :3])) for e in range(3)]
+    scores = control["follow"][0] + control["bias"][0]
+    ranked = [int(np.argmax(scores[e, :3])) for e in range(3)]
     assert ranked != [1, 2, 0]

@@ -22,7 +22,7 @@ from moecache.intervals import bootstrap_ratio
 from moecache.learned import next_use
 from moecache.learned.stage import by_sequence
 from moecache.records.causal import CONTROL, CausalStudy
-from moecache.records.demand import Demand
+from moecache.records.demand import Demand, subset
 from moecache.replay import engine
 
 NEXT_USE = "next-use"
@@ -33,7 +33,23 @@ def rule_text(name: str, params: dict) -> str:
 
 
 def copies(demand: Demand, text: str, capacity: int) -> dict[str, int]:
-    """Copies per sequence of rule `text`."""
+    """Copies per sequence of rule `text`; the next-use rule replays each layer's streams
+    with that layer's model (its layers summed per sequence)."""
+    name, params = engine.parse_rule(text)
+    if name != NEXT_USE or "layer" in params:
+        return replayed(demand, text, capacity)
+    total: dict[str, int] = {}
+    for layer, streams in next_use.layer_ids(demand).items():
+        part = replayed(
+            subset(demand, streams), rule_text(name, {**params, "layer": layer}), capacity
+        )
+        for sequence, n in part.items():
+            total[sequence] = total.get(sequence, 0) + n
+    return total
+
+
+def replayed(demand: Demand, text: str, capacity: int) -> dict[str, int]:
+    """Copies per sequence of rule `text` over all of `demand`."""
     return by_sequence(
         demand, engine.run(demand, engine.make_rule(text, demand, capacity)).insertions
     )

@@ -1,6 +1,7 @@
 """Fit the next-use rule's model (policies/next_use.py) on the training trace.
 
-One multi-label logistic regression, shared by the layers: from token t's request
+One multi-label logistic regression per layer (the streams named layer<L>/...): from token
+t's request
 (one-hot over N experts) and the router's log-probabilities at t, the log-odds that each
 expert is requested within the next `horizon` tokens. Full-batch Adam on the mean binary
 cross-entropy with a small L2 penalty, seeded from the config; the last token of each stream
@@ -15,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from moecache.policies.next_use import FLOOR
-from moecache.records.demand import Demand
+from moecache.records.batch import layer_of
+from moecache.records.demand import Demand, subset
 
 
 def examples(demand: Demand, horizon: int) -> tuple[np.ndarray, np.ndarray]:
@@ -35,8 +37,36 @@ def examples(demand: Demand, horizon: int) -> tuple[np.ndarray, np.ndarray]:
     return np.vstack(inputs), np.vstack(labels).astype(np.float64)
 
 
+def layer_ids(demand: Demand) -> dict[int, list[int]]:
+    """Layer id -> its streams' indices (a stream "layer<L>/<sequence>"; else layer 0)."""
+    out: dict[int, list[int]] = {}
+    for s, name in enumerate(demand.streams):
+        head = layer_of(name)
+        out.setdefault(int(head[5:]) if head[5:].isdigit() else 0, []).append(s)
+    return dict(sorted(out.items()))
+
+
 def fit(demand: Demand, horizon: int, steps: int, lr: float, l2: float, seed: int, permute=False):
-    """The model's arrays (follow, router, bias) and a summary of the fit."""
+    """The model of every layer (follow, router, bias stacked; layers) and a summary."""
+    models, losses = [], {}
+    for layer, streams in layer_ids(demand).items():
+        model, loss = fit_layer(subset(demand, streams), horizon, steps, lr, l2, seed, permute)
+        models.append(model)
+        losses[str(layer)] = loss
+    stacked = {name: np.stack([m[name] for m in models]) for name in ("follow", "router", "bias")}
+    stacked["layers"] = np.array(list(layer_ids(demand)), dtype=np.int64)
+    summary = {
+        "rows": int((demand.lengths - 1).sum()),
+        "horizon": horizon,
+        "steps": steps,
+        "final_loss": losses,
+        "permuted": permute,
+    }
+    return stacked, summary
+
+
+def fit_layer(demand: Demand, horizon, steps, lr, l2, seed, permute) -> tuple[dict, float]:
+    """One layer's model: full-batch Adam on its examples; its last loss."""
     import torch
 
     x, y = examples(demand, horizon)
@@ -56,14 +86,7 @@ def fit(demand: Demand, horizon: int, steps: int, lr: float, l2: float, seed: in
         optimiser.step()
     w = weight.detach().numpy().astype(np.float64)
     model = {"follow": w[:n], "router": w[n:], "bias": bias.detach().numpy().astype(np.float64)}
-    summary = {
-        "rows": len(x),
-        "horizon": horizon,
-        "steps": steps,
-        "final_loss": float(loss.item()),
-        "permuted": permute,
-    }
-    return model, summary
+    return model, float(loss.item())
 
 
 def save(model: dict, path, summary: dict) -> None:

@@ -1,10 +1,12 @@
 """Next use: evict the resident least likely to be requested within the next few tokens.
 
-A logistic model, one per layer-free trace (policies share it across layers), gives the
-log-odds that expert e is requested in the `horizon` tokens after t from what is known at
-t: which experts token t requested (`follow` [N, N], co-activation learned once) and the
-router's log-probabilities over all experts at t (`router` [N, N]: the experts the router
-nearly chose come next), plus `bias` [N]. The rule adds `frequency` times the log of each
+A logistic model per layer gives the log-odds that expert e is requested in the `horizon`
+tokens after t from what is known at t: which experts token t requested (`follow` [L, N, N],
+co-activation learned once) and the router's log-probabilities over all experts at t
+(`router` [L, N, N]: the experts the router nearly chose come next), plus `bias` [L, N].
+`layers` [L] names the layer each model serves; the rule reads the model of its `layer`
+(the harness sets it; replay of one layer's streams passes layer=<id>), or the only one.
+The rule adds `frequency` times the log of each
 expert's use count decayed by `decay` per token, and evicts the lowest total, ties to the
 least recently used, then the lowest id. The learned stage fits the model on its training
 trace (learned/next_use.py) and writes `weights`, a safetensors file of the three arrays.
@@ -18,7 +20,7 @@ import numpy as np
 from moecache.errors import MoecacheError
 from moecache.policies.eviction import EvictionPolicy
 
-ARRAYS = ("follow", "router", "bias")
+ARRAYS = ("follow", "router", "bias")  # each with a leading layer axis, beside "layers"
 FLOOR = 1e-6  # log-probabilities and counts below it are read as it
 
 
@@ -35,6 +37,7 @@ class NextUse(EvictionPolicy):
         weights: str = "",
         frequency: float = 0.3,
         decay: float = 0.9,
+        layer: int | None = None,
     ):
         super().__init__(capacity, num_experts, top_k)
         if not weights:
@@ -45,12 +48,13 @@ class NextUse(EvictionPolicy):
                 f"{decay} must lie in (0, 1)"
             )
         self.weights, self.frequency, self.decay = weights, frequency, decay
+        self.layer = layer
         self.model = None  # loaded at the first reset: configs are checked before training
 
     def reset(self, future=None, streams=1):
         super().reset(future, streams)
         if self.model is None:
-            self.model = load(self.weights, self.num_experts)
+            self.model = load(self.weights, self.num_experts, self.layer)
         self.count = np.zeros((streams, self.num_experts))
         self.request = np.zeros((streams, self.num_experts))
 
@@ -72,8 +76,9 @@ class NextUse(EvictionPolicy):
         self.count.put(at, 1.0 + self.count.take(at))
 
 
-def load(path: str, num_experts: int) -> dict[str, np.ndarray]:
-    """The model's arrays from `path`, checked against the layer's N experts."""
+def load(path: str, num_experts: int, layer: int | None) -> dict[str, np.ndarray]:
+    """The arrays of `layer`'s model from `path` (None: its only one), checked against the
+    layer's N experts."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
@@ -81,8 +86,21 @@ def load(path: str, num_experts: int) -> dict[str, np.ndarray]:
         model = load_file(path)
     except (OSError, SafetensorError) as error:
         raise MoecacheError(f"{path}: not a readable next-use model ({error})") from None
-    shapes = {"follow": (num_experts,) * 2, "router": (num_experts,) * 2, "bias": (num_experts,)}
+    layers = model.get("layers", np.zeros(0, dtype=np.int64)).tolist()
+    n = num_experts
+    shapes = {
+        "follow": (len(layers), n, n),
+        "router": (len(layers), n, n),
+        "bias": (len(layers), n),
+    }
     for name, shape in shapes.items():
-        if name not in model or model[name].shape != shape:
+        if name not in model or model[name].shape != shape or not layers:
             raise MoecacheError(f"{path}: array {name!r} missing or not shaped {shape}")
-    return {name: model[name].astype(np.float64) for name in ARRAYS}
+    if layer is None and len(layers) > 1:
+        raise MoecacheError(
+            f"{path}: a model per layer ({len(layers)}); name the layer (replay: layer=<id>)"
+        )
+    if layer is not None and layer not in layers:
+        raise MoecacheError(f"{path}: no model for layer {layer} (it has {layers})")
+    at = 0 if layer is None else layers.index(layer)
+    return {name: model[name][at].astype(np.float64) for name in ARRAYS}
