@@ -98,3 +98,23 @@ def test_grid_points_cover_every_combination():
     points = causal.grid_points({"a": [1, 2], "b": [0.5]})
     assert points == [{"a": 1, "b": 0.5}, {"a": 2, "b": 0.5}]
     assert np.isclose(causal.share({"s": 10}, {"s": 4}, {"s": 7}, ["s"]), 0.5)
+
+
+def test_the_scorecard_row_and_the_numbers_read_the_study(study, tmp_path):
+    import shutil
+
+    from moecache.report import claim_checks
+    from moecache.report.evidence import Missing, Results
+    from moecache.report.numbers.stages import causal_section
+
+    _, path = study
+    with pytest.raises(Missing, match="no causal rules' study"):
+        claim_checks.causal_rule(Results(tmp_path))
+    (tmp_path / "results/learned").mkdir(parents=True)
+    shutil.copy(path, tmp_path / "results/learned/causal.json")
+    found = claim_checks.causal_rule(Results(tmp_path))
+    rule, texts, meets = report.best_rule(read_record(path, CausalStudy))
+    assert found.value == f"{texts[0]} ({rule})" and found.elsewhere == texts[1:]
+    assert found.verdict == ("holds" if meets else "differs")
+    section = causal_section(tmp_path / "results/learned/causal.json")
+    assert f"Best: {rule}" in section and "| next-use-permuted |" in section

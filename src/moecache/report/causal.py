@@ -27,7 +27,8 @@ def frame(study: CausalStudy) -> pd.DataFrame:
     """One row per shard, capacity and rule: copies, share of the gap and its interval, and
     the parameters tuned on the training trace."""
     chosen = {name: t["chosen"] for name, t in study.tuning.items()}
-    chosen.update({n: study.next_use["chosen"] for n in ("next-use", "next-use" + CONTROL)})
+    fitted = {**study.next_use["chosen"], "horizon": study.next_use["model"]["horizon"]}
+    chosen.update({n: fitted for n in ("next-use", "next-use" + CONTROL)})
     rows = []
     for shard, by_c in study.shards.items():
         for c, result in by_c.items():
