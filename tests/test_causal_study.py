@@ -26,7 +26,8 @@ SETTINGS = {
             },
             "next_use": {
                 "horizons": [2],
-                "frequency": [0.0, 0.3],
+                "frequency": [0.3],
+                "coactivation": [0.0, 0.5],
                 "steps": 20,
                 "lr": 0.1,
                 "l2": 0.0,

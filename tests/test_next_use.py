@@ -40,16 +40,16 @@ def model_file(folder, num_experts: int, seed: int = 0, layers=(0,)) -> str:
 def test_replay_makes_the_harness_paths_decisions(tmp_path_factory, case):
     demand, streams, capacity = case
     weights = model_file(tmp_path_factory.mktemp("next-use"), demand.num_experts)
-    for frequency in (0.0, 0.5):
-        text = f"next-use:weights={weights},frequency={frequency}"
+    for frequency, coactivation in ((0.0, 0.0), (0.5, 0.0), (0.3, 0.5)):
+        text = f"next-use:weights={weights},frequency={frequency},coactivation={coactivation}"
         counts = engine.run(demand, engine.make_rule(text, demand, capacity), keep=True)
         for i, stream in enumerate(streams):
-            params = {"weights": weights, "frequency": frequency}
+            params = {"weights": weights, "frequency": frequency, "coactivation": coactivation}
             policy = make("next-use", capacity, demand.num_experts, demand.top_k, params)
             single = simulate(policy, stream, list(demand.probs[i, : len(stream)].astype(float)))
             for step in single.steps:
                 replayed = set(np.flatnonzero(counts.evictions[i, step.t]).tolist())
-                assert replayed == set(step.plan.evict), (frequency, i, step.t)
+                assert replayed == set(step.plan.evict), (frequency, coactivation, i, step.t)
                 assert set(step.request) <= step.after
                 assert len(step.after) <= capacity
             assert counts.insertions[i] == single.insertions

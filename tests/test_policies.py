@@ -29,7 +29,7 @@ LOSSLESS = [
     ("mean-interval-literal", {}),
     ("router-logit", {}),
     ("co-activation", {}),
-    ("co-activation", {"decay": 0.5, "context_decay": 0.5}),
+    ("co-activation", {"decay": 0.5, "context_decay": 0.0}),
     ("reuse-distance", {}),
     ("reuse-distance", {"weight": 1.0, "prior": 2.0, "overdue": 1.0}),
     ("farthest-future", {}),

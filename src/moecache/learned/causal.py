@@ -106,9 +106,8 @@ def fit_next_use(training: Training, settings, out_dir: Path) -> tuple[dict, dic
         model, summary = next_use.fit(training.demand, horizon, *fit_args)
         path = out_dir / f"next-use-h{horizon}.safetensors"
         next_use.save(model, path, summary)
-        params, points = training.choose(
-            NEXT_USE, {"weights": [str(path)], "frequency": spec["frequency"]}
-        )
+        grid = {"weights": [str(path)], "frequency": spec["frequency"]}
+        params, points = training.choose(NEXT_USE, {**grid, "coactivation": spec["coactivation"]})
         tried += [{**p, "horizon": horizon} for p in points]
         score = max(p["share"] for p in points)
         if best is None or score > best[0]:

@@ -8,7 +8,7 @@ t's request plus the earlier ones decayed by `context_decay` (0: token t alone).
 score is evicted; ties (experts never seen to follow) go to the least recently used, then
 the lowest id. Causal: it reads only requests up to token t, and learns t's after its
 victims are chosen. Nothing is trained beforehand; the two decays are tuned on the learned
-stage's training trace.
+stage's training trace (the defaults: its best point).
 """
 
 import numpy as np
@@ -21,7 +21,7 @@ class CoActivation(EvictionPolicy):
     name = "co-activation"
 
     def __init__(
-        self, capacity, num_experts, top_k, decay: float = 0.99, context_decay: float = 0.0
+        self, capacity, num_experts, top_k, decay: float = 0.99, context_decay: float = 0.5
     ):
         super().__init__(capacity, num_experts, top_k)
         if not 0 < decay <= 1:
@@ -41,11 +41,15 @@ class CoActivation(EvictionPolicy):
         self.context = np.zeros((streams, n))  # decayed indicator of tokens up to t
 
     def step(self, t, at, probs, pools):
-        # The context includes token t's own request before its victims are chosen.
+        self.take_context(at)
+        return super().step(t, at, probs, pools)
+
+    def take_context(self, at):
+        """Token t's request joins the context before its victims are chosen (a rule that
+        reads this one's scores, policies/next_use.py, calls it too)."""
         rows = slice(0, len(at))
         self.context[rows] *= self.context_decay
         self.context.put(at, 1.0 + self.context.take(at))
-        return super().step(t, at, probs, pools)
 
     def priority(self, t, rows, probs):
         rate = self.follows[rows] / (self.followed[rows] + 1.0)[:, :, None]

@@ -5,7 +5,8 @@ requests (weight `weight` on the newest distance; `prior` tokens before it has o
 next use is estimated as its last use plus that mean; an expert already past its estimate
 is expected `overdue` times its mean later again (0: at once, the next token). The
 farthest estimate is evicted, ties to the least recently used, then the lowest id: a
-causal imitation of farthest-future (it reads requests up to token t only).
+causal imitation of farthest-future (it reads requests up to token t only). The defaults
+are the training trace's best point (learned.causal).
 """
 
 import numpy as np
@@ -22,9 +23,9 @@ class ReuseDistance(EvictionPolicy):
         capacity,
         num_experts,
         top_k,
-        weight: float = 0.3,
-        prior: float = 8.0,
-        overdue: float = 0.0,
+        weight: float = 0.15,
+        prior: float = 64.0,
+        overdue: float = 0.5,
     ):
         super().__init__(capacity, num_experts, top_k)
         if not 0 < weight <= 1:
