@@ -28,6 +28,10 @@ LOSSLESS = [
     ("mean-interval", {}),
     ("mean-interval-literal", {}),
     ("router-logit", {}),
+    ("co-activation", {}),
+    ("co-activation", {"decay": 0.5, "context_decay": 0.0}),
+    ("reuse-distance", {}),
+    ("reuse-distance", {"weight": 1.0, "prior": 2.0, "overdue": 1.0}),
     ("farthest-future", {}),
     ("farthest-future", {"foresight": 1}),
     ("farthest-future", {"foresight": 3}),
@@ -286,6 +290,7 @@ def test_every_registered_policy_is_covered():
     # The learned rule and the controller need trained files: tests/test_learned.py and
     # tests/test_controller.py cover them.
     trained = {"learned": False, "controller": True}  # name -> restricts
+    trained["next-use"] = False  # tests/test_next_use.py
     # The oracle set reads the demand a run recorded: tests/test_accuracy.py covers it.
     trained["oracle-set"] = True
     covered = {name for name, _ in LOSSLESS} | {"all", *trained} | RESTRICTING
@@ -570,7 +575,7 @@ def test_mean_interval_readings_part_on_a_burst():
         assert {name: run.insertions for name, run in runs.items()} == copies
 
 
-@pytest.mark.parametrize("name", sorted(set(POLICIES) - {"learned", "controller"}))
+@pytest.mark.parametrize("name", sorted(set(POLICIES) - {"learned", "controller", "next-use"}))
 def test_every_rule_starts_through_the_one_reset(name, monkeypatch):
     """Policy.reset is the one reset: every rule family (EvictionPolicy, EventPolicy and the
     compiled ones, ScheduledPolicy) extends it through super().reset, and no reset on the

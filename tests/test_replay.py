@@ -311,6 +311,8 @@ def test_replay_json_schema(tmp_path):
         "decayed-frequency",
         "mean-interval",
         "mean-interval-literal",
+        "co-activation",
+        "reuse-distance",
         "farthest-future",
         *zoo,
     }

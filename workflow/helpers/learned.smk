@@ -12,6 +12,11 @@ def learned_evaluation():
     return ["results/learned/evaluation.json"] if LEARNED else []
 
 
+def learned_causal():
+    """The causal rules' study, when the learned section has a causal part."""
+    return ["results/learned/causal.json"] if LEARNED and LEARNED.get("causal") else []
+
+
 def learned_scorers():
     """One folder of scorers per group (every kind it trains)."""
     if not LEARNED:

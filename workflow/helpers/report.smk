@@ -34,6 +34,10 @@ if any(
 ):
     PAPER_OUTPUTS += ["figures/fig_overlap.pdf"]
 
+# The causal rules' figure, where the learned section has a causal part (issue 41).
+if learned_causal():
+    PAPER_OUTPUTS += ["figures/fig_causal.pdf"]
+
 
 def final_outputs():
     """Every stage's outputs, then the paper's tables and figures: the target `all`."""
@@ -48,6 +52,7 @@ def final_outputs():
         *batched_outputs(),
         *replay_outputs(),
         *learned_evaluation(),
+        *learned_causal(),
         *router_measured(),
         *controller_sweeps(),
         *controller_longer(),

@@ -130,3 +130,27 @@ rule learned_evaluate:
         "moecache learned-evaluate --settings {params.settings:q} --trace {params.traces}"
         " --foresight {params.foresight} --scorers {input.scorers}"
         " --closed-loop {input.closed} --out {output} > {log} 2>&1"
+
+
+rule learned_causal:
+    """Causal rules tuned and the next-use model fitted on the training trace, then every
+    one replayed on each shard's trace at every capacity of learned.causal."""
+    input:
+        training="results/learned/training-trace.parquet",
+        traces=expand(TRACE, shard=TRACE_SHARDS),
+    output:
+        json="results/learned/causal.json",
+        models=directory("results/learned/causal"),
+    log:
+        "logs/learned/causal.log",
+    benchmark:
+        "benchmarks/learned/causal.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    params:
+        settings=settings("model", "learned"),
+        traces=" ".join(f"{s}={TRACE.format(shard=s)}" for s in TRACE_SHARDS),
+    shell:
+        "moecache learned-causal --settings {params.settings:q} --training {input.training}"
+        " --trace {params.traces} --out-dir {output.models} --out {output.json} > {log} 2>&1"

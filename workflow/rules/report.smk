@@ -11,6 +11,7 @@ localrules:
     table_replication,
     fig1,
     fig2,
+    fig_causal,
     claims,
 
 
@@ -57,7 +58,7 @@ rule table1:
 rule table_eviction:
     input:
         replay=replayed_all("replay"),
-        learned=learned_evaluation(),
+        learned=learned_evaluation() + learned_causal(),
     output:
         report(
             "figures/table_eviction.csv",
@@ -256,6 +257,28 @@ rule fig_overlap:
     shell:
         "moecache figure fig_overlap --runs {input.runs} --scaled {input.scaled}"
         " --out-dir figures > {log} 2>&1"
+
+
+rule fig_causal:
+    """The causal rules' share of the gap against C (learned.causal)."""
+    input:
+        learned=learned_causal(),
+    output:
+        "figures/fig_causal.pdf",
+        report(
+            "figures/fig_causal.png",
+            caption="../report/fig_causal.rst",
+            category="Figures",
+        ),
+        "figures/fig_causal.sources.json",
+    log:
+        "logs/figures/fig_causal.log",
+    benchmark:
+        "benchmarks/figures/fig_causal.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache figure fig_causal --learned {input.learned} --out-dir figures > {log} 2>&1"
 
 
 rule claims:

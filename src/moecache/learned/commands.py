@@ -3,6 +3,7 @@ scorers, decoding with them, and their evaluation."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from moecache.atomic import atomic_dir
@@ -144,3 +145,48 @@ def register(sub) -> None:
         "--scorers", nargs="+", required=True, type=Path, help="scorer files or their folders"
     )
     p.add_argument("--closed-loop", nargs="*", default=[], type=Path, help="closed-loop runs")
+    register_causal(sub)
+
+
+def cmd_learned_causal(args):
+    from moecache.learned import causal
+    from moecache.records import trace
+    from moecache.records.causal import CausalStudy
+
+    settings = load_settings(args, ("model", "learned", "seed"))
+    if "causal" not in settings["learned"]:
+        raise MoecacheError("learned-causal: the config has no learned.causal section")
+    experts = settings["model"]["architecture"]["num_experts"]
+    traces = named_files(args.trace, "--trace")
+    shards = {shard: trace.read_demand(path, experts) for shard, path in traces.items()}
+    training = trace.read_demand(args.training, experts)
+    with atomic_dir(args.out_dir) as folder:
+        found = causal.study(settings, training, shards, folder).as_dict()
+    # The models were fitted in a temporary folder that then became --out-dir.
+    study = CausalStudy(**json.loads(json.dumps(found).replace(str(folder), str(args.out_dir))))
+    lines = []
+    for shard, by_c in study.shards.items():
+        for c, result in by_c.items():
+            for name, row in result["rules"].items():
+                low, high = row["interval"]
+                lines.append(
+                    f"{shard} C={c} {name:20s} {percent(row['share']):>7s} "
+                    f"[{percent(low)}, {percent(high)}]"
+                )
+    sources = [args.training, *traces.values()]
+    from moecache import provenance
+
+    # Replay and the logistic fit run on the CPU, whatever the harness's device.
+    origin = provenance.stamp(settings, "cpu")
+    emit(args, study.as_dict(), lines, sources, origin, kind=CausalStudy)
+
+
+def register_causal(sub) -> None:
+    p = results(
+        with_settings(
+            add(sub, "learned-causal", cmd_learned_causal, "causal rules, tuned and measured")
+        )
+    )
+    p.add_argument("--training", required=True, type=Path, help="the training trace")
+    p.add_argument("--trace", nargs="+", required=True, help="shard=trace of each shard")
+    p.add_argument("--out-dir", required=True, type=Path, help="the fitted next-use models")

@@ -12,6 +12,7 @@ from moecache.errors import MoecacheError
 from moecache.policies.all_resident import AllResident
 from moecache.policies.arc import ARC
 from moecache.policies.clock import Clock
+from moecache.policies.co_activation import CoActivation
 from moecache.policies.controller import Controller
 from moecache.policies.decayed_frequency import DecayedFrequency
 from moecache.policies.dwell import Dwell, Static
@@ -25,8 +26,10 @@ from moecache.policies.lirs import LIRS
 from moecache.policies.lru import LRU
 from moecache.policies.mean_interval import MeanInterval
 from moecache.policies.mean_interval_literal import MeanIntervalLiteral
+from moecache.policies.next_use import NextUse
 from moecache.policies.oracle_set import OracleSet
 from moecache.policies.policy import Plan, Policy
+from moecache.policies.reuse_distance import ReuseDistance
 from moecache.policies.router_logit import RouterLogit
 from moecache.policies.s3_fifo import S3FIFO
 from moecache.policies.scheduled import ScheduledPolicy
@@ -44,6 +47,9 @@ POLICIES: dict[str, type[Policy]] = {
         MeanInterval,
         MeanIntervalLiteral,
         RouterLogit,
+        CoActivation,
+        ReuseDistance,
+        NextUse,
         FarthestFuture,
         Learned,
         Dwell,

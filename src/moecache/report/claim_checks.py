@@ -203,6 +203,25 @@ def learned_scorers(r: Results) -> Found:
     return Found(value, judged(near(router[best], 0.325, 0.05), why), setting, why, [path])
 
 
+def causal_rule(r: Results) -> Found:
+    """The best causal rule of the causal study (report/causal.py), at every capacity and
+    shard; holds when it reaches half the gap everywhere with its interval above 32.5%."""
+    from moecache.report import causal
+
+    relative = "results/learned/causal.json"
+    if not (r.workdir / relative).exists():
+        raise Missing(f"no causal rules' study ({relative})")
+    study = causal.read(r.path(relative))
+    rule, texts, meets = causal.best_rule(study)
+    first, *rest = texts
+    capacities = ", ".join(map(str, study.capacities))
+    found = Found(
+        f"{first} ({rule})", verdict(meets), f"C = {capacities}, every sequence", "", [relative]
+    )
+    found.elsewhere.extend(rest)
+    return found
+
+
 def shuffled_control(r: Results) -> Found:
     heldout, _, setting, path = learned_rows(r)
     control = heldout.get("router/mlp-permuted")

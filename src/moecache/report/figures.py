@@ -20,7 +20,7 @@ from moecache.errors import MoecacheError  # noqa: E402
 from moecache.records.bandwidth import BandwidthResult  # noqa: E402
 from moecache.records.io import read_dict, read_run_dict  # noqa: E402
 from moecache.records.replay import ForesightResult  # noqa: E402
-from moecache.report import batching, figures_overlap, replayed  # noqa: E402
+from moecache.report import batching, causal, figures_overlap, replayed  # noqa: E402
 from moecache.report.tables import read, scaled_points  # noqa: E402
 
 COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
@@ -362,10 +362,19 @@ def write(name: str, fig, sources, out_dir) -> None:
     write_json(out_dir / f"{name}.sources.json", provenance.sources(sources))
 
 
+def fig_causal(learned):
+    """The causal rules' share of the gap against C (report/causal.py)."""
+    studies = [p for p in learned if causal.is_study(p)]
+    if not studies:
+        raise MoecacheError("fig_causal: give --learned results/learned/causal.json")
+    return causal.figure(studies[0])
+
+
 # Name -> (builder, the input flags it reads: its parameters); `moecache figure` refuses others.
 BUILDERS = {
     "fig1": (fig1, ("runs", "scaled", "bandwidth")),
     "fig2": (fig2, ("foresight", "learned")),
     "fig_batching": (fig_batching, ("replay", "batched")),
     "fig_overlap": (figures_overlap.fig_overlap, ("runs", "scaled")),
+    "fig_causal": (fig_causal, ("learned",)),
 }

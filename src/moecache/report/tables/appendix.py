@@ -10,7 +10,7 @@ import pandas as pd
 from moecache.atomic import read_json as read
 from moecache.records.io import read_dict, read_replay_dict
 from moecache.records.replay import BoundResult, OptimumSweep
-from moecache.report import replayed
+from moecache.report import causal, replayed
 from moecache.report.tables.base import Table, not_produced
 
 
@@ -96,7 +96,9 @@ def table_eviction(replay, learned) -> Table:
             )
     parts = {"": pd.DataFrame(rows)}
     captions = {}
-    if learned:
+    studies = [p for p in learned if causal.is_study(p)]
+    learned = [p for p in learned if not causal.is_study(p)] + studies
+    if learned and not causal.is_study(learned[0]):
         parts["learned_scorers"] = learned_frame(read(learned[0]))
         captions["learned_scorers"] = (
             "Scorers trained to imitate farthest-future (learned.*), replayed on each shard's "
@@ -107,6 +109,9 @@ def table_eviction(replay, learned) -> Table:
             "scorers fit on that shard's first sequences; router and trace-past-use on the "
             "training trace. mlp-permuted: the MLP on permuted labels (the control)."
         )
+    if studies:
+        parts["causal_rules"] = causal.frame(causal.read(studies[0]))
+        captions["causal_rules"] = causal.CAPTION
     return Table(
         "table_eviction",
         "Appendix. Eviction rules replayed on the recorded demand",

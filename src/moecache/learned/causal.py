@@ -1,0 +1,172 @@
+"""Causal eviction rules, tuned on the training trace and measured on the shards' traces at
+every capacity of learned.causal.capacities.
+
+Each rule of learned.causal.grids is replayed on the training trace at every capacity for
+every point of its grid; the point with the highest mean share of the LRU-to-farthest-
+future gap there is kept. The next-use model is fitted on the training trace for every
+horizon of learned.causal.next_use.horizons (and its frequency weight chosen the same
+way); its shuffled-label control is fitted with the chosen horizon and replayed with the
+chosen weight. Then every kept rule, the model and the control are replayed on every
+sequence of each shard's trace (none was tuned or fitted on), with a percentile bootstrap
+interval of the share over sequences, seeded from the config.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from moecache.intervals import bootstrap_ratio
+from moecache.learned import next_use
+from moecache.learned.stage import by_sequence
+from moecache.records.causal import CONTROL, CausalStudy
+from moecache.records.demand import Demand, subset
+from moecache.replay import engine
+
+NEXT_USE = "next-use"
+
+
+def rule_text(name: str, params: dict) -> str:
+    return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
+
+
+def copies(demand: Demand, text: str, capacity: int) -> dict[str, int]:
+    """Copies per sequence of rule `text`; the next-use rule replays each layer's streams
+    with that layer's model (its layers summed per sequence)."""
+    name, params = engine.parse_rule(text)
+    if name != NEXT_USE or "layer" in params:
+        return replayed(demand, text, capacity)
+    total: dict[str, int] = {}
+    for layer, streams in next_use.layer_ids(demand).items():
+        part = replayed(
+            subset(demand, streams), rule_text(name, {**params, "layer": layer}), capacity
+        )
+        for sequence, n in part.items():
+            total[sequence] = total.get(sequence, 0) + n
+    return total
+
+
+def replayed(demand: Demand, text: str, capacity: int) -> dict[str, int]:
+    """Copies per sequence of rule `text` over all of `demand`."""
+    return by_sequence(
+        demand, engine.run(demand, engine.make_rule(text, demand, capacity)).insertions
+    )
+
+
+def share(lru: dict, oracle: dict, rule: dict, sequences) -> float:
+    total = {
+        name: sum(c[s] for s in sequences) for name, c in (("l", lru), ("o", oracle), ("r", rule))
+    }
+    return engine.gap_recovered(total["l"], total["o"], total["r"])
+
+
+def grid_points(grid: dict) -> list[dict]:
+    """Every combination of a grid's values, in the config's order."""
+    names = list(grid)
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+class Training:
+    """The training trace with LRU's and the oracle's copies at each capacity, for tuning."""
+
+    def __init__(self, demand: Demand, capacities: list[int]):
+        self.demand, self.capacities = demand, capacities
+        self.ends = {
+            c: (copies(demand, "lru", c), copies(demand, "farthest-future", c)) for c in capacities
+        }
+
+    def mean_share(self, text: str) -> float:
+        sequences = set(self.demand.sequences)
+        return float(
+            np.mean(
+                [
+                    share(*self.ends[c], copies(self.demand, text, c), sequences)
+                    for c in self.capacities
+                ]
+            )
+        )
+
+    def choose(self, name: str, grid: dict) -> tuple[dict, list]:
+        """The grid's point with the highest mean share (the first on ties), and every point's."""
+        tried = [
+            {"params": p, "share": self.mean_share(rule_text(name, p))} for p in grid_points(grid)
+        ]
+        best = max(range(len(tried)), key=lambda i: (tried[i]["share"], -i))
+        return tried[best]["params"], tried
+
+
+def fit_next_use(training: Training, settings, out_dir: Path) -> tuple[dict, dict]:
+    """The chosen model's rule parameters and the control's, and both fits' summaries."""
+    spec, seed = settings["learned"]["causal"]["next_use"], settings["seed"]
+    fit_args = (spec["steps"], spec["lr"], spec["l2"], seed)
+    best, tried = None, []
+    for horizon in spec["horizons"]:
+        model, summary = next_use.fit(training.demand, horizon, *fit_args)
+        path = out_dir / f"next-use-h{horizon}.safetensors"
+        next_use.save(model, path, summary)
+        grid = {"weights": [str(path)], "frequency": spec["frequency"]}
+        params, points = training.choose(NEXT_USE, {**grid, "coactivation": spec["coactivation"]})
+        tried += [{**p, "horizon": horizon} for p in points]
+        score = max(p["share"] for p in points)
+        if best is None or score > best[0]:
+            best = (score, params, summary)
+    _, params, summary = best
+    control, control_summary = next_use.fit(
+        training.demand, summary["horizon"], *fit_args, permute=True
+    )
+    control_path = out_dir / f"next-use{CONTROL}.safetensors"
+    next_use.save(control, control_path, control_summary)
+    rules = {NEXT_USE: params, NEXT_USE + CONTROL: {**params, "weights": str(control_path)}}
+    about = {"model": summary, "control": control_summary, "tried": tried, "chosen": params}
+    return rules, about
+
+
+def measured(demand: Demand, rules: dict, capacity: int, seed: int) -> dict:
+    """Every rule's copies, share and interval over `demand`'s sequences at `capacity`."""
+    lru, oracle = copies(demand, "lru", capacity), copies(demand, "farthest-future", capacity)
+    sequences = list(lru)
+    gap = [lru[s] - oracle[s] for s in sequences]
+    out = {}
+    for label, (name, params) in {
+        "lru": ("lru", {}),
+        "farthest-future": ("farthest-future", {}),
+        **rules,
+    }.items():
+        mine = copies(demand, rule_text(name, params), capacity)
+        saved = [lru[s] - mine[s] for s in sequences]
+        out[label] = {
+            "copies": int(sum(mine.values())),
+            "share": share(lru, oracle, mine, sequences),
+            "interval": bootstrap_ratio(saved, gap, seed),
+        }
+    return {"sequences": sequences, "rules": out}
+
+
+def study(settings, training_demand: Demand, shards: dict[str, Demand], out_dir) -> CausalStudy:
+    """Tune, fit and measure every causal rule (the module docstring)."""
+    causal, seed = settings["learned"]["causal"], settings["seed"]
+    capacities = list(causal["capacities"])
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    training = Training(training_demand, capacities)
+    tuning, rules = {}, {}
+    for name, grid in causal["grids"].items():
+        chosen, tried = training.choose(name, grid)
+        tuning[name] = {"grid": tried, "chosen": chosen}
+        rules[name] = (name, chosen)
+    fitted, about = fit_next_use(training, settings, out_dir)
+    rules.update({label: (NEXT_USE, params) for label, params in fitted.items()})
+    results = {
+        shard: {str(c): measured(demand, rules, c, seed) for c in capacities}
+        for shard, demand in shards.items()
+    }
+    return CausalStudy(
+        seed=seed,
+        capacities=capacities,
+        training_sequences=len(set(training_demand.sequences)),
+        tuning=tuning,
+        next_use=about,
+        shards=results,
+    )

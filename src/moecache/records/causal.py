@@ -1,0 +1,55 @@
+"""The causal rules' study (learned/causal.py, results/learned/causal.json) as a typed record.
+
+`tuning`: per candidate rule, the parameter grid tried on the training trace, each point's
+mean share of the gap there over the capacities, and the point chosen; `next_use`: the
+fitted model's and its shuffled-label control's summaries and files; `shards`: per trace
+shard and capacity (as text, JSON keys), every rule's copies on the shard's sequences (all
+held out: nothing was tuned or fitted on them), its share of the LRU-to-farthest-future
+gap and a percentile bootstrap interval of that share over sequences; last, what it
+traces back to (records/replay.py's Traced: settings, input files by SHA-256, versions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from moecache.records.replay import TRACED, Traced
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class CausalStudy(Traced):
+    version: ClassVar[int] = SCHEMA
+    what: ClassVar[str] = "the causal eviction rules' study"
+    optional: ClassVar[tuple[str, ...]] = ("settings", "device", *TRACED)
+
+    schema: int = SCHEMA
+    seed: int
+    capacities: list
+    training_sequences: int
+    tuning: dict  # rule -> {"grid": [{params, share}], "chosen": params}
+    next_use: dict  # {"model": summary, "control": summary}
+    shards: dict  # shard -> str(C) -> {"sequences", "rules": {rule: {copies, share, interval}}}
+    settings: dict | None = None  # the config sections it read (stamped)
+    device: str | None = None  # where it ran: the CPU
+
+    def best(self) -> dict:
+        """The causal rule (no control) with the highest lowest share over shards and
+        capacities, and its rows: {"rule", "rows": {shard: {C: row}}}."""
+        rules = {r for s in self.shards.values() for c in s.values() for r in c["rules"]}
+        causal = sorted(r for r in rules if r not in REFERENCES and not r.endswith(CONTROL))
+
+        def worst(rule):
+            return min(c["rules"][rule]["share"] for s in self.shards.values() for c in s.values())
+
+        rule = max(causal, key=worst)
+        rows = {
+            shard: {c: row["rules"][rule] for c, row in by_c.items()}
+            for shard, by_c in self.shards.items()
+        }
+        return {"rule": rule, "rows": rows}
+
+
+REFERENCES = ("lru", "farthest-future")  # the gap's ends, in every capacity's rules
+CONTROL = "-permuted"  # a shuffled-label control's suffix
