@@ -84,13 +84,23 @@ def moecache(*args: str, check=False) -> subprocess.CompletedProcess:
 PIPELINE_FIXTURES = ("smoke_run", "rehearsal_run", "qwen3_run")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     for item in items:
         used = [name for name in PIPELINE_FIXTURES if name in getattr(item, "fixturenames", ())]
         if used:
             item.add_marker(pytest.mark.pipeline)
             item.add_marker(pytest.mark.xdist_group(used[0]))
+            if getattr(config.option, "loadgroup", False):  # set on xdist workers only
+                in_group(item, used[0])
+
+
+def in_group(item, group: str) -> None:
+    """What xdist 3.8's loadgroup does to a grouped test's id ("<id>@<group>": its scheduler
+    sends every id with that suffix to one worker), which it writes to `item._nodeid`, a
+    name pytest 9 no longer reads: the id lives in `item._id` (a NodeId)."""
+    from _pytest.nodeid import coerce_node_id
+
+    item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture(scope="session")
