@@ -273,6 +273,12 @@ def benchmark_record(**fields) -> dict:
     return {**stamped_record(base, fields), "inputs": fields.get("inputs", [])}
 
 
+def learned_record(**fields) -> dict:
+    """`moecache learned-evaluate` (records/learned.py's LearnedEvaluation)."""
+    base = {"capacity": 16, "shards": {}, "training": {}}
+    return {**stamped_record(base, fields), "inputs": fields.get("inputs", [])}
+
+
 def heads_record(**fields) -> dict:
     """`moecache controller-train`'s log beside its heads (records/controller.py's HeadsLog)."""
     base = {

@@ -21,6 +21,8 @@ from moecache.policies import learned_features as features
 from moecache.policies import scorers
 from moecache.policies.learned import Learned
 from moecache.records.demand import Demand
+from moecache.records.io import read_dict
+from moecache.records.learned import LearnedEvaluation
 from moecache.replay import engine
 
 LEARN = {
@@ -253,7 +255,7 @@ def test_pipeline_scorers_agree_in_replay_and_closed_loop(smoke_run):
     from conftest import SMOKE
 
     config = load_yaml(SMOKE)
-    evaluation = json.loads((smoke_run / "results/learned/evaluation.json").read_text())
+    evaluation = read_dict(smoke_run / "results/learned/evaluation.json", LearnedEvaluation)
     loops = [loop for r in evaluation["shards"].values() for loop in r["closed_loop"].values()]
     assert len(loops) == len(config["learned"]["closed_loop"]) + 1  # router/* on both shards
     for loop in loops:

@@ -19,6 +19,7 @@ import build as rehearsal  # noqa: E402
 from moecache.records.accuracy import AccuracySummary
 from moecache.records.gates import GatesResult
 from moecache.records.io import read_dict
+from moecache.records.learned import LearnedEvaluation
 
 # Every config with a model (config/trace.yaml, a study from a trace alone, is
 # tests/test_trace_study.py's).
@@ -147,7 +148,7 @@ def test_rehearsal_runs_the_pretrained_path(rehearsal_run):
     train = pd.read_parquet(rehearsal_run / "results/corpus/train.parquet")
     end = max(config["corpus"]["heldout"]["shards"].values()) + heldout_docs
     assert list(train["text"]) == texts[end : end + config["corpus"]["trace_sequences"]]
-    evaluation = json.loads((rehearsal_run / "results/learned/evaluation.json").read_text())
+    evaluation = read_dict(rehearsal_run / "results/learned/evaluation.json", LearnedEvaluation)
     loop = evaluation["shards"]["a"]["closed_loop"]["router/linear"]
     assert loop["matches_replay"] is True
     heldout = pd.read_parquet(rehearsal_run / "results/heldout/a.parquet")

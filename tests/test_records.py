@@ -151,6 +151,7 @@ STAGE_FILES = [
     ("controller", "LongerSummary", "longer_record", "pieces"),
     ("training", "ModelTraining", "training_record", "parameters"),
     ("replay", "ReplayBenchmark", "benchmark_record", "inputs"),
+    ("learned", "LearnedEvaluation", "learned_record", "shards"),
 ]
 
 

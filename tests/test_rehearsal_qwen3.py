@@ -18,6 +18,7 @@ from moecache.harness.gates import POOL_TOLERANCE  # noqa: E402
 from moecache.records.accuracy import AccuracySummary
 from moecache.records.gates import GatesResult
 from moecache.records.io import read_dict
+from moecache.records.learned import LearnedEvaluation
 from moecache.records.profile import ProbeResult, ProfileResult
 
 REHEARSAL = REPO / "config" / "rehearsal-qwen3.yaml"
@@ -72,7 +73,7 @@ def test_the_run_went_through_the_qwen3_adapter(qwen3_run):
 def test_every_stage_ran_on_the_checkpoint(qwen3_run):
     config = load_yaml(REHEARSAL)
     assert not (qwen3_run / "results/model").exists()
-    evaluation = json.loads((qwen3_run / "results/learned/evaluation.json").read_text())
+    evaluation = read_dict(qwen3_run / "results/learned/evaluation.json", LearnedEvaluation)
     assert evaluation["shards"]["a"]["closed_loop"]["router/linear"]["matches_replay"] is True
     # Router tuning: LoRA on Qwen3-MoE's router, experts and attention, merged back into a
     # Qwen3-MoE checkpoint and measured.

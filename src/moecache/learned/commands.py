@@ -20,6 +20,7 @@ from moecache.command import (
     with_settings,
 )
 from moecache.errors import MoecacheError
+from moecache.records.learned import LearnedEvaluation
 
 
 def cmd_learned_trace(args):
@@ -113,7 +114,7 @@ def cmd_learned_evaluate(args):
                 f"{loop['matches_replay']}, delta NLL {loop['delta_nll']:+.2e}"
             )
     sources = [*traces.values(), *scorers, *curves.values(), *closed]
-    emit(args, report, lines, sources, provenance_of(settings))
+    emit(args, report, lines, sources, provenance_of(settings), kind=LearnedEvaluation)
 
 
 def register(sub) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from moecache.records.accuracy import AccuracySummary
 from moecache.records.io import read_dict, read_run
+from moecache.records.learned import LearnedEvaluation
 from moecache.records.replay import OptimumSweep
 from moecache.records.router_tuning import TunedModel
 from moecache.report.evidence import (
@@ -175,7 +176,9 @@ def cost_model_winner(r: Results) -> Found:
 
 
 def learned_rows(r: Results) -> tuple[dict, int, str, str]:
-    evaluation, path = r.read("results/learned/evaluation.json", "learned evaluation")
+    evaluation, path = r.read(
+        "results/learned/evaluation.json", "learned evaluation", LearnedEvaluation
+    )
     shard = next((s for s in r.shards if s in evaluation["shards"]), None)
     if shard is None:
         raise Missing(f"no shard evaluated in {path}")

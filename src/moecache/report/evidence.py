@@ -11,6 +11,7 @@ from pathlib import Path
 from moecache.atomic import read_json
 from moecache.records.accuracy import AccuracySummary
 from moecache.records.io import read_dict, read_record, read_replay, read_run
+from moecache.records.learned import LearnedEvaluation
 from moecache.records.replay import BY_NAME
 from moecache.records.router_tuning import TunedModel
 from moecache.records.run import RunResult
@@ -23,22 +24,20 @@ HOLDS, DIFFERS, NOT_COMPARABLE, NOT_RUN = "holds", "differs", "not comparable", 
 
 
 # Results files whose `settings` say what config the run used (Results.settings), and the
-# record each holds (RunResult: a decode run's; None: the learned stage's, read as JSON).
+# record each holds.
 STAMPED = (
     ("results/runs/{shard}/*.json", RunResult),
     ("results/controller/sweep/*/*.json", RunResult),
     ("results/router_tuning/measured/*.json", TunedModel),
-    ("results/learned/evaluation.json", None),
+    ("results/learned/evaluation.json", LearnedEvaluation),
     ("results/accuracy/*/summary.json", AccuracySummary),
 )
 
 
 def stamped_settings(path: Path, kind) -> dict:
-    """The settings a results file stamps, read as its record `kind` (None: as JSON)."""
+    """The settings a results file stamps, read as its record `kind`."""
     if kind is RunResult:
         return read_run(path).settings
-    if kind is None:
-        return read_json(path).get("settings", {})
     return read_record(path, kind).settings
 
 

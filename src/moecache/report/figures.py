@@ -19,9 +19,10 @@ from moecache.costs import equation  # noqa: E402
 from moecache.errors import MoecacheError  # noqa: E402
 from moecache.records.bandwidth import BandwidthResult  # noqa: E402
 from moecache.records.io import read_dict, read_run_dict  # noqa: E402
+from moecache.records.learned import LearnedEvaluation  # noqa: E402
 from moecache.records.replay import ForesightResult  # noqa: E402
 from moecache.report import batching, causal, figures_overlap, replayed  # noqa: E402
-from moecache.report.tables import read, scaled_points  # noqa: E402
+from moecache.report.tables import scaled_points  # noqa: E402
 
 COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
 
@@ -194,7 +195,9 @@ def fig2(foresight, learned):
         (read_dict(path, ForesightResult) for path in foresight), key=lambda c: c["capacity"]
     )
     shard = replayed.shard_of(foresight[0])
-    evaluation = read(learned[0]) if learned else {"shards": {}, "capacity": None}
+    evaluation = (
+        read_dict(learned[0], LearnedEvaluation) if learned else {"shards": {}, "capacity": None}
+    )
     scored = evaluation["shards"].get(shard)
     fig, ax = plt.subplots(figsize=(8.4, 4.2))
     colors = plt.get_cmap("tab10").colors

@@ -9,13 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from moecache.errors import MoecacheError
+from moecache.records.io import read_dict
+from moecache.records.learned import LearnedEvaluation
 from moecache.report.numbers.format import (
     benchmark_seconds,
     count,
     duration,
     fixed,
     percent,
-    read,
     table,
     yes,
 )
@@ -32,7 +33,7 @@ def learned_section(workdir: Path) -> str:
     path = workdir / "results/learned/evaluation.json"
     if not path.exists():
         return "No learned scorers in this run (the config has no `learned` section)."
-    evaluation = read(path)
+    evaluation = read_dict(path, LearnedEvaluation)
     shards = list(evaluation["shards"])
     rows = [learned_row(evaluation, name) for name in scorers(evaluation)]
     header = ["rule", "features"] + [

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from moecache.atomic import read_json as read
 from moecache.records.io import read_dict, read_replay_dict
+from moecache.records.learned import LearnedEvaluation
 from moecache.records.replay import BoundResult, OptimumSweep
 from moecache.report import causal, replayed
 from moecache.report.tables.base import Table, not_produced
@@ -99,7 +99,7 @@ def table_eviction(replay, learned) -> Table:
     studies = [p for p in learned if causal.is_study(p)]
     learned = [p for p in learned if not causal.is_study(p)] + studies
     if learned and not causal.is_study(learned[0]):
-        parts["learned_scorers"] = learned_frame(read(learned[0]))
+        parts["learned_scorers"] = learned_frame(read_dict(learned[0], LearnedEvaluation))
         captions["learned_scorers"] = (
             "Scorers trained to imitate farthest-future (learned.*), replayed on each shard's "
             "trace and, where named in learned.closed_loop, decoding in the harness: share of "
