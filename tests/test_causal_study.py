@@ -115,7 +115,10 @@ def test_the_scorecard_row_and_the_numbers_read_the_study(study, tmp_path):
     shutil.copy(path, tmp_path / "results/learned/causal.json")
     found = claim_checks.causal_rule(Results(tmp_path))
     rule, texts, meets = report.best_rule(read_record(path, CausalStudy))
-    assert found.value == f"{texts[0]} ({rule})" and found.elsewhere == texts[1:]
+    study_record = read_record(path, CausalStudy)
+    shown = len(study_record.capacities)  # the first shard at every capacity in the value
+    assert shown > 1 and found.value == f"{'; '.join(texts[:shown])} ({rule})"
+    assert found.elsewhere == texts[shown:]
     assert found.verdict == ("holds" if meets else "differs")
     section = causal_section(tmp_path / "results/learned/causal.json")
     assert f"Best: {rule}" in section and "| next-use-permuted |" in section

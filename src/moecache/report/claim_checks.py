@@ -216,12 +216,16 @@ def causal_rule(r: Results) -> Found:
         raise Missing(f"no causal rules' study ({relative})")
     study = causal.read(r.path(relative))
     rule, texts, meets = causal.best_rule(study)
-    first, *rest = texts
+    shown = len(study.capacities)  # the first shard at every capacity; the others beside
     capacities = ", ".join(map(str, study.capacities))
     found = Found(
-        f"{first} ({rule})", verdict(meets), f"C = {capacities}, every sequence", "", [relative]
+        f"{'; '.join(texts[:shown])} ({rule})",
+        verdict(meets),
+        f"C = {capacities}, every sequence",
+        "",
+        [relative],
     )
-    found.elsewhere.extend(rest)
+    found.elsewhere.extend(texts[shown:])
     return found
 
 
