@@ -8,6 +8,8 @@ inside the measured step, so its decisions and its cost are those of every other
 
 from __future__ import annotations
 
+import numpy as np
+
 from moecache.errors import MoecacheError
 from moecache.policies import learned_features as feature_sets
 from moecache.policies.eviction import EvictionPolicy
@@ -44,7 +46,9 @@ class Learned(EvictionPolicy):
             state = None if self.state is None else self.state[rows]
             with torch.no_grad():
                 scores, after = self.scorer.step(x, state)
-            self.scored = (t, scores.numpy(), after)
+            # Rounded to float32: experts with equal features tie exactly, whatever the rows
+            # scored together (float64's last bits depend on them), and go to the tie-break.
+            self.scored = (t, scores.numpy().astype(np.float32), after)
         return self.scored[1]
 
     def priority(self, t, rows, probs):
