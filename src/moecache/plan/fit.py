@@ -514,13 +514,14 @@ def lines(fit: dict) -> list[str]:
         if tau
         else "  tau: not given (--bandwidth FILE or --link-gbs X): ms/token not predicted"
     )
+    disk = fit["disk_read"] is not None
+    parts = "the copy and disk read parts are" if disk else "the copy part is"
     out.append(
         f"  c = {compute['ms']:.3f} ms/token compute, {compute['source']}"
         if compute
-        else "  c: not given (--compute-ms or --compute-from): only the copy part is predicted, "
+        else f"  c: not given (--compute-ms or --compute-from): only {parts} predicted, "
         "a lower bound on ms/token"
     )
-    disk = fit["disk_read"] is not None
     out += [rule_line(rule, row, disk) for rule, row in fit["predicted"].items()]
     layout = fit["layout"]
     out.append(
