@@ -48,6 +48,16 @@ def write_trace(path, rows, experts: int) -> None:
     convert.convert(lines, path, experts)
 
 
+def cycle_trace(path, tokens: int, experts: int) -> None:
+    """One sequence in 2 layers, one expert a token: 0, 1, ..., experts - 1, 0, 1, ..."""
+    rows = [
+        {"sequence": "s", "layer": layer, "token": t, "experts": [t % experts]}
+        for t in range(tokens)
+        for layer in range(2)
+    ]
+    write_trace(path, rows, experts)
+
+
 def random_trace(path, experts=128, top_k=8, layers=3, sequences=2, tokens=40, seed=0):
     rng = np.random.default_rng(seed)
     rows = [
@@ -134,12 +144,7 @@ def test_rho_from_a_trace_counts_steady_copies_per_token_per_layer(tmp_path):
     """Experts 0, 1, 2, 0, 1, 2, ... one at a time, C = 2: LRU copies at every token once
     the pool is full (tokens 2..T-1), farthest-future at about every other one."""
     tokens = 31
-    rows = [
-        {"sequence": "s", "layer": layer, "token": t, "experts": [t % 3]}
-        for t in range(tokens)
-        for layer in range(2)
-    ]
-    write_trace(tmp_path / "t.parquet", rows, 3)
+    cycle_trace(tmp_path / "t.parquet", tokens, 3)
     rho = fit.rho_from_trace(tmp_path / "t.parquet", 2, 3, 1, layers=10)["per_token"]
     assert rho["lru"] == pytest.approx((tokens - 2) / (tokens - 1) * 10)
     assert rho["farthest-future"] < 0.6 * rho["lru"]
@@ -203,16 +208,19 @@ def test_plan_gpu_gib_names_c_device_peak_and_ms_per_token():
     assert re.fullmatch(own, lines[-1])
 
 
-def test_json_with_a_replayed_trace_a_measured_link_and_a_stated_compute(tmp_path, capsys):
-    random_trace(tmp_path / "t.parquet")
-    status, out, err = main(
-        capsys,
-        *("plan", "--configfile", QWEN3, "--gpu-gib", 24, "--bandwidth", H200),
-        *("--compute-ms", 12, "--trace", tmp_path / "t.parquet", "--json"),
-        *("--out", tmp_path / "a.json"),
-    )
+def replayed_json(capsys, trace, *args) -> dict:
+    """`moecache plan` on Qwen3-30B-A3B at 24 GiB with a random trace written to `trace`
+    replayed, and `args`: its --json answer."""
+    random_trace(trace)
+    plan_args = ("plan", "--configfile", QWEN3, "--gpu-gib", 24, "--trace", trace, "--json")
+    status, out, err = main(capsys, *plan_args, *args)
     assert status == 0, err
-    answer = json.loads(out)
+    return json.loads(out)
+
+
+def test_json_with_a_replayed_trace_a_measured_link_and_a_stated_compute(tmp_path, capsys):
+    given = ("--bandwidth", H200, "--compute-ms", 12, "--out", tmp_path / "a.json")
+    answer = replayed_json(capsys, tmp_path / "t.parquet", *given)
     assert answer == json.loads((tmp_path / "a.json").read_text())
     c = answer["capacity"]
     assert c == fit.largest_capacity(configs.load(QWEN3), 24)["chosen"]["capacity"]
@@ -235,6 +243,12 @@ def test_bad_input_is_one_line_and_no_output(tmp_path, capsys):
         "--host-gib 16": ("--gpu-gib", "24", "--host-gib", "16"),
         "--trace: give --gpu-gib": ("--trace", tmp_path / "broken.parquet"),
     }
+    refused_in_one_line(capsys, tmp_path, cases)
+
+
+def refused_in_one_line(capsys, tmp_path, cases: dict) -> None:
+    """Each `moecache plan` on Qwen3-30B-A3B with its args exits non-zero with one line
+    holding its needle, and writes nothing."""
     for needle, args in cases.items():
         status, out, err = main(
             capsys, "plan", "--configfile", QWEN3, *args, "--out", tmp_path / "o"

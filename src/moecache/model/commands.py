@@ -9,7 +9,16 @@ from moecache.atomic import write_json
 from moecache.command import add, load_settings, with_settings
 from moecache.errors import MoecacheError
 
-FIT_ONLY = ("host_gib", "bandwidth", "link_gbs", "compute_ms", "compute_from", "trace", "jobs")
+FIT_ONLY = (
+    "host_gib",
+    "disk_gbs",
+    "bandwidth",
+    "link_gbs",
+    "compute_ms",
+    "compute_from",
+    "trace",
+    "jobs",
+)
 
 
 def cmd_plan(args):
@@ -56,6 +65,7 @@ def plan_fit(args, settings):
         compute=compute,
         trace=args.trace,
         figure="jobs" if args.jobs else "run",
+        disk_gbs=args.disk_gbs,
     )
     print(json.dumps(answer, indent=1) if args.json else "\n".join(fit.lines(answer)))
     if args.out:
@@ -107,7 +117,17 @@ def register(sub) -> None:
         type=float,
         help="the GPU memory, GiB: the largest C per layer with every MoE layer offloaded",
     )
-    p.add_argument("--host-gib", type=float, help="the host memory, GiB, the pinned experts need")
+    p.add_argument(
+        "--host-gib",
+        type=float,
+        help="the host RAM, GiB: the experts per layer it holds, the rest on disk (docs/plan.md)",
+    )
+    p.add_argument(
+        "--disk-gbs",
+        type=float,
+        help="a disk read from a stated disk link, GiB/s (default: the config's "
+        "tiers.disk_to_host_ms)",
+    )
     p.add_argument(
         "--jobs",
         action="store_true",

@@ -16,7 +16,8 @@ embedded trace's share at the same C/N from the published run's replay table, na
 such), and c the compute per token (stated, or a measured run's); without c only the copy
 part is predicted, as a bound. Copies that overlap compute come at best to max(c, rho tau)
 (docs/overlap.md); the overlap cost model with no prefetcher and nothing computed before a
-layer's copies is equation (1).
+layer's copies is equation (1). With --host-gib short of every offloaded expert, tiers.py
+lays out H experts per layer in host RAM over disk and adds the disk reads' term.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import yaml
 from moecache import config as configs_module
 from moecache.errors import MoecacheError
 from moecache.model import registry
+from moecache.plan import tiers
 from moecache.schedule import plan
 
 GIB = 2**30
@@ -218,27 +220,35 @@ def rho_from_trace(path, capacity: int, experts: int, top_k: int, layers: int) -
     C (steady copies per timed token over the trace's layers, per layer, times `layers`)."""
     from moecache.replay import engine
 
+    traced = traced_demand(path, experts, top_k)
+    demand, timed = traced["demand"], traced["timed"]
+    rho = {}
+    for rule in RULES:
+        steady = int(engine.replayed(demand, rule, capacity).steady.sum())
+        rho[rule] = steady / timed / traced["layers"] * layers
+    return {
+        "per_token": rho,
+        "source": (
+            f"replayed: {path} ({traced['layers']} layers, {timed} timed tokens) at "
+            f"C = {capacity}, per layer times {layers} layers"
+        ),
+    }
+
+
+def traced_demand(path, experts: int, top_k: int) -> dict:
+    """A trace's demand, its layers and timed tokens, refused in one line where it routes
+    otherwise than the model or has no token to count."""
     demand = read_trace(path, experts)
     if (demand.num_experts, demand.top_k) != (experts, top_k):
         raise MoecacheError(
             f"--trace {path}: routes top-{demand.top_k} of {demand.num_experts} experts; "
             f"the model routes top-{top_k} of {experts}"
         )
-    traced = len({stream.split("/")[0] for stream in demand.streams})
     timed = demand.timed_tokens
     if timed <= 0:
         raise MoecacheError(f"--trace {path}: no token after each sequence's first to count")
-    rho = {}
-    for rule in RULES:
-        steady = int(engine.replayed(demand, rule, capacity).steady.sum())
-        rho[rule] = steady / timed / traced * layers
-    return {
-        "per_token": rho,
-        "source": (
-            f"replayed: {path} ({traced} layers, {timed} timed tokens) at C = {capacity}, "
-            f"per layer times {layers} layers"
-        ),
-    }
+    layers = len({stream.split("/")[0] for stream in demand.streams})
+    return {"path": path, "demand": demand, "layers": layers, "timed": timed}
 
 
 def read_trace(path, experts: int):
@@ -326,21 +336,31 @@ def shown(path: Path) -> str:
 # --- the answer ---------------------------------------------------------------------------
 
 
-def predictions(rho: dict, tau: dict | None, compute: dict | None) -> dict:
-    """Per rule: rho and, with tau, the copy part rho tau; with c too, equation (1)'s
-    ms/token and tokens/s and the overlapped best case max(c, rho tau); without c the copy
-    part is a bound (ms/token at least, tokens/s at most). None where not predicted."""
+def predictions(rho: dict, tau: dict | None, compute: dict | None, reads=None, disk=None) -> dict:
+    """Per rule: rho and, with tau, the copy part rho tau; with a disk tier (`reads` per
+    token per rule, `disk` one read's tau_disk) the read part reads tau_disk beside it;
+    with c too, equation (1)'s ms/token (c + rho tau + reads tau_disk) and tokens/s and
+    the overlapped best case max(c, rho tau, reads tau_disk) (the disk and the link are
+    two links); without c the transfers are a bound (ms/token at least, tokens/s at
+    most). Nothing on disk: reads and their ms are 0 and the rest as without a disk.
+    None where not predicted."""
     out = {}
     for rule, copies in rho.items():
+        read = reads[rule] if reads else 0.0
+        read_ms = read * disk["ms"] if disk else 0.0
         copy_ms = copies * tau["ms"] if tau else None
-        ms = compute["ms"] + copy_ms if compute and tau else None
-        bound = copy_ms if tau and not compute else None
+        moved = copy_ms + read_ms if tau else None  # x + 0.0 is x: no disk, no change
+        ms = compute["ms"] + moved if compute and tau else None
+        bound = moved if tau and not compute else None
+        best = max(compute["ms"], copy_ms, read_ms) if ms is not None else None
         out[rule] = {
             "rho": copies,
             "copy_ms": copy_ms,
+            "reads": read,
+            "read_ms": read_ms,
             "ms_per_token": ms,
             "tokens_per_second": 1e3 / ms if ms else None,
-            "overlapped_ms_at_best": max(compute["ms"], copy_ms) if ms is not None else None,
+            "overlapped_ms_at_best": best,
             "ms_per_token_at_least": bound,
             "tokens_per_second_at_most": 1e3 / bound if bound else None,
         }
@@ -367,31 +387,33 @@ def answer(
     compute: dict | None = None,
     trace=None,
     figure: str = "run",
+    disk_gbs: float | None = None,
 ) -> dict:
     """The whole answer as data; nothing is read but configs and the files named. `trace`:
-    replayed for rho (None: the embedded trace's share); `figure`: what C is chosen by
-    (FIGURES); `config_run`: the config's own run (its C on its layers) with its verdict."""
+    replayed for rho (None: the embedded trace's share) and, with experts on disk only,
+    over the tiers for the disk reads; `figure`: what C is chosen by (FIGURES);
+    `host_gib`: the host RAM, which sets the tier layout (tiers.layout); `disk_gbs`: a
+    stated disk link (else the config's tiers.disk_to_host_ms); `config_run`: the
+    config's own run (its C on its layers) with its verdict."""
     if trace is not None:
         from moecache.replay import tracefile
 
         tracefile.header(trace)  # a missing or non-Parquet file: refused before sizing
     tau(1, bandwidth, link_gbs)  # a bad bandwidth file or link: refused before sizing
+    check_host(host_gib, disk_gbs)
     own = plan.plan(settings, gpu_gib, source, tokens)
     found = largest_capacity(settings, gpu_gib, source, tokens, figure)
     chosen, nxt = found["chosen"], found["next"]
     peak = FIGURES[figure]
     host = host_peak(chosen) if figure == "run" else chosen["host_peak_bytes"]
-    if host_gib is not None and host > host_gib * GIB:
-        raise MoecacheError(
-            f"--host-gib {host_gib:g}: the offloaded experts need {host / GIB:.3f} GiB of "
-            "host memory (pinned), more than given"
-        )
+    layout = tiers.layout(chosen, host, host_gib)
     c, n, k = chosen["capacity"], chosen["num_experts"], chosen["top_k"]
     layers = len(chosen["offloaded_layers"])
     if trace is not None:
         rho = rho_from_trace(trace, c, n, k, layers)
     else:
         rho = rho_embedded(c, n, k, layers)
+    disk = disk_part(settings, chosen, layout, rho, trace, disk_gbs)
     copy = tau(chosen["expert_bytes"], bandwidth, link_gbs)
     return {
         "source": chosen["source"],
@@ -408,13 +430,43 @@ def answer(
         "device_peak_bytes": peak(chosen),
         "host_peak_bytes": host,
         "next_device_peak_bytes": peak(nxt) if nxt else None,
+        "layout": layout,
         "plan": chosen,
         "tau": copy,
+        "disk_read": disk["tau"],
         "compute": compute,
         "rho_source": rho["source"],
-        "predicted": predictions(rho["per_token"], copy, compute),
+        "reads_source": disk["reads"]["source"],
+        "predicted": predictions(
+            rho["per_token"], copy, compute, disk["reads"]["per_token"], disk["tau"]
+        ),
         "config_run": own,
     }
+
+
+def check_host(host_gib: float | None, disk_gbs: float | None) -> None:
+    """The host and disk flags, refused in one line before sizing."""
+    if host_gib is not None and host_gib <= 0:
+        raise MoecacheError(f"--host-gib {host_gib:g}: must be above 0")
+    if disk_gbs is not None:
+        if host_gib is None:
+            raise MoecacheError("--disk-gbs: give --host-gib R, the host RAM over the disk")
+        tiers.check_disk_gbs(disk_gbs)
+
+
+def disk_part(settings: dict, chosen: dict, layout: dict, rho: dict, trace, disk_gbs) -> dict:
+    """With experts on disk only: tau_disk and the disk reads per token (the trace replayed
+    over the tiers, else assumed from rho, named as such); nothing on disk: no reads."""
+    if not layout["disk"]:
+        return {"tau": None, "reads": tiers.no_reads(RULES)}
+    c, h, n = layout["device"], layout["host"], chosen["num_experts"]
+    layers = len(chosen["offloaded_layers"])
+    if trace is not None:
+        traced = traced_demand(trace, n, chosen["top_k"])
+        reads = tiers.reads_replayed(traced, c, h, layers, RULES)
+    else:
+        reads = tiers.reads_assumed(rho["per_token"], c, h, n)
+    return {"tau": tiers.disk_read(chosen["expert_bytes"], settings, disk_gbs), "reads": reads}
 
 
 RING_SAID = ", with the slower link's host ring where a scaled run makes one)"
@@ -452,10 +504,9 @@ def lines(fit: dict) -> list[str]:
             if fit["capacity"] == fit["num_experts"]
             else " (the most a study holds: at C = N nothing is offloaded)"
         ),
-        f"  host peak: {gib(fit['host_peak_bytes'])} (the offloaded experts, pinned"
-        + (RING_SAID if fit.get("chosen_by") == "jobs" else ")")
-        + (f", of {fit['host_gib']:g} GiB" if fit["host_gib"] is not None else ""),
+        host_line(fit),
         f"  rho from {fit['rho_source']}",
+        *disk_lines(fit),
     ]
     tau, compute = fit["tau"], fit["compute"]
     out.append(
@@ -463,26 +514,20 @@ def lines(fit: dict) -> list[str]:
         if tau
         else "  tau: not given (--bandwidth FILE or --link-gbs X): ms/token not predicted"
     )
+    disk = fit["disk_read"] is not None
+    parts = "the copy and disk read parts are" if disk else "the copy part is"
     out.append(
         f"  c = {compute['ms']:.3f} ms/token compute, {compute['source']}"
         if compute
-        else "  c: not given (--compute-ms or --compute-from): only the copy part is predicted, "
+        else f"  c: not given (--compute-ms or --compute-from): only {parts} predicted, "
         "a lower bound on ms/token"
     )
-    for rule, row in fit["predicted"].items():
-        line = f"  {rule}: rho = {row['rho']:.3f} copies/token"
-        if row["ms_per_token"] is not None:
-            line += (
-                f", {row['ms_per_token']:.3f} ms/token = c + rho tau "
-                f"({row['tokens_per_second']:.1f} tokens/s); copies overlapping compute at "
-                f"best {row['overlapped_ms_at_best']:.3f} ms/token"
-            )
-        elif row["copy_ms"] is not None:
-            speed = row["tokens_per_second_at_most"]
-            line += f", ms/token >= rho tau = {row['copy_ms']:.3f}" + (
-                f" (at most {speed:.1f} tokens/s)" if speed else ""
-            )
-        out.append(line)
+    out += [rule_line(rule, row, disk) for rule, row in fit["predicted"].items()]
+    layout = fit["layout"]
+    out.append(
+        f"  layout per layer: C = {layout['device']} on the device, H = {layout['host']} in "
+        f"host RAM, {layout['disk']} on disk only"
+    )
     own = fit["config_run"]
     out.append(
         f"  the config's own study (C = {own['capacity']} on {len(own['offloaded_layers'])} "
@@ -490,6 +535,62 @@ def lines(fit: dict) -> list[str]:
         f"{'fits' if own['fits'] else 'does NOT fit'}"
     )
     return out
+
+
+def host_line(fit: dict) -> str:
+    """Every offloaded expert pinned in host RAM, or with a disk tier the H that fit."""
+    layout = fit["layout"]
+    if not layout["disk"]:
+        return (
+            f"  host peak: {fit['host_peak_bytes'] / GIB:.3f} GiB (the offloaded experts, pinned"
+            + (RING_SAID if fit.get("chosen_by") == "jobs" else ")")
+            + (f", of {fit['host_gib']:g} GiB" if fit["host_gib"] is not None else "")
+        )
+    beside = layout["host_beside_bytes"]
+    return (
+        f"  host: H = {layout['host']} experts per layer, {layout['host_bytes'] / GIB:.3f} GiB "
+        f"of {fit['host_gib']:g} GiB (their pinned copies in {len(fit['offloaded_layers'])} "
+        "layers"
+        + (f" beside the slower link's host ring, {beside / GIB:.3f} GiB" if beside else "")
+        + f"; every offloaded expert would need {layout['every_expert_host_bytes'] / GIB:.3f}"
+        " GiB)"
+    )
+
+
+def disk_lines(fit: dict) -> list[str]:
+    """With experts on disk only: how many, where their reads come from, what one costs."""
+    disk = fit["disk_read"]
+    if disk is None:
+        return []
+    return [
+        f"  disk: N - H = {fit['layout']['disk']} experts per layer on disk only; reads from "
+        f"{fit['reads_source']}",
+        f"  tau_disk = {disk['ms']:.4f} ms per expert read, {disk['source']}",
+    ]
+
+
+def rule_line(rule: str, row: dict, disk: bool) -> str:
+    """One rule's copies (and disk reads) per token and what they cost."""
+    line = f"  {rule}: rho = {row['rho']:.3f} copies/token"
+    formula, bound, moved = "c + rho tau", "rho tau", "copies"
+    if disk:
+        line += f", {row['reads']:.3f} disk reads/token"
+        formula, bound = formula + " + reads tau_disk", bound + " + reads tau_disk"
+        moved = "copies and reads"
+    if row["ms_per_token"] is not None:
+        line += (
+            f", {row['ms_per_token']:.3f} ms/token = {formula} "
+            f"({row['tokens_per_second']:.1f} tokens/s); {moved} overlapping compute at "
+            f"best {row['overlapped_ms_at_best']:.3f} ms/token"
+        )
+    elif row["ms_per_token_at_least"] is not None:
+        speed = row["tokens_per_second_at_most"]
+        line += f", ms/token >= {bound} = {row['ms_per_token_at_least']:.3f}" + (
+            f" (at most {speed:.1f} tokens/s)" if speed else ""
+        )
+    elif disk:
+        line += f" (reads tau_disk = {row['read_ms']:.3f} ms/token)"
+    return line
 
 
 # --- the table of docs/plan.md --------------------------------------------------------------
