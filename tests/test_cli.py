@@ -130,6 +130,9 @@ ACCEPTED = {
         *ON_MODEL, "--sequences", "s", "--gates", "g", "--out-dir", "o", "--shard", "a"
     ],
     "learned-evaluate": [*SET, "--trace", "a=t", "--foresight", "a=f", "--scorers", "s"],
+    "learned-causal": [
+        *SET, "--training", "t.parquet", "--trace", "a=t", "--out-dir", "m", "--out", "c.json"
+    ],
     "router-train": [
         *ON_MODEL, "--tokenizer", "tok", "--variant", "hit", "--text", "t", "--out-dir", "d"
     ],
