@@ -97,8 +97,9 @@ class Training:
         return tried[best]["params"], tried
 
 
-def fit_next_use(training: Training, settings, out_dir: Path) -> tuple[dict, dict]:
-    """The chosen model's rule parameters and the control's, and both fits' summaries."""
+def fit_next_use(training: Training, settings, out_dir: Path, published: Path) -> tuple[dict, dict]:
+    """The chosen model's rule parameters and the control's, and both fits' summaries (their
+    weights named in `published`, the folder `out_dir` becomes)."""
     spec, seed = settings["learned"]["causal"]["next_use"], settings["seed"]
     fit_args = (spec["steps"], spec["lr"], spec["l2"], seed)
     best, tried = None, []
@@ -119,8 +120,18 @@ def fit_next_use(training: Training, settings, out_dir: Path) -> tuple[dict, dic
     control_path = out_dir / f"next-use{CONTROL}.safetensors"
     next_use.save(control, control_path, control_summary)
     rules = {NEXT_USE: params, NEXT_USE + CONTROL: {**params, "weights": str(control_path)}}
-    about = {"model": summary, "control": control_summary, "tried": tried, "chosen": params}
+    about = {
+        "model": summary,
+        "control": control_summary,
+        "tried": [{**p, "params": named_in(p["params"], published)} for p in tried],
+        "chosen": named_in(params, published),
+    }
     return rules, about
+
+
+def named_in(params: dict, folder: Path) -> dict:
+    """`params` with its weights file named in `folder`."""
+    return {**params, "weights": str(folder / Path(params["weights"]).name)}
 
 
 def measured(demand: Demand, rules: dict, capacity: int, seed: int) -> dict:
@@ -144,8 +155,12 @@ def measured(demand: Demand, rules: dict, capacity: int, seed: int) -> dict:
     return {"sequences": sequences, "rules": out}
 
 
-def study(settings, training_demand: Demand, shards: dict[str, Demand], out_dir) -> CausalStudy:
-    """Tune, fit and measure every causal rule (the module docstring)."""
+def study(
+    settings, training_demand: Demand, shards: dict[str, Demand], out_dir, published=None
+) -> CausalStudy:
+    """Tune, fit and measure every causal rule (the module docstring). The models are written
+    to `out_dir`; the study names them in `published` (default `out_dir`), the folder
+    `out_dir` is moved to when the command succeeds."""
     causal, seed = settings["learned"]["causal"], settings["seed"]
     capacities = list(causal["capacities"])
     out_dir = Path(out_dir)
@@ -156,7 +171,7 @@ def study(settings, training_demand: Demand, shards: dict[str, Demand], out_dir)
         chosen, tried = training.choose(name, grid)
         tuning[name] = {"grid": tried, "chosen": chosen}
         rules[name] = (name, chosen)
-    fitted, about = fit_next_use(training, settings, out_dir)
+    fitted, about = fit_next_use(training, settings, out_dir, Path(published or out_dir))
     rules.update({label: (NEXT_USE, params) for label, params in fitted.items()})
     results = {
         shard: {str(c): measured(demand, rules, c, seed) for c in capacities}

@@ -3,7 +3,6 @@ scorers, decoding with them, and their evaluation."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from moecache.atomic import atomic_dir
@@ -162,9 +161,7 @@ def cmd_learned_causal(args):
     shards = {shard: trace.read_demand(path, experts) for shard, path in traces.items()}
     training = trace.read_demand(args.training, experts)
     with atomic_dir(args.out_dir) as folder:
-        found = causal.study(settings, training, shards, folder).as_dict()
-    # The models were fitted in a temporary folder that then became --out-dir.
-    study = CausalStudy(**json.loads(json.dumps(found).replace(str(folder), str(args.out_dir))))
+        study = causal.study(settings, training, shards, folder, args.out_dir)
     lines = []
     for shard, by_c in study.shards.items():
         for c, result in by_c.items():
