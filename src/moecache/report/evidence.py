@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moecache.atomic import read_json
 from moecache.records.accuracy import AccuracySummary
 from moecache.records.io import read_dict, read_record, read_replay, read_run
 from moecache.records.learned import LearnedEvaluation
@@ -100,13 +99,13 @@ class Results:
     def path(self, relative: str) -> str:
         return str(self.workdir / relative)
 
-    def read(self, relative: str, what: str, kind=None) -> tuple[dict, str]:
-        """A results file as its dict; `kind`: the record it holds (records/replay.py),
-        read through records/io."""
+    def read(self, relative: str, what: str, kind) -> tuple[dict, str]:
+        """A results file as its dict, read through records/io as `kind`, the record it
+        holds."""
         path = self.workdir / relative
         if not path.exists():
             raise Missing(f"no {what} ({relative})")
-        return (read_json(path) if kind is None else read_dict(path, kind)), relative
+        return read_dict(path, kind), relative
 
     def glob(self, pattern: str, what: str) -> list[str]:
         found = sorted(p.relative_to(self.workdir).as_posix() for p in self.workdir.glob(pattern))
