@@ -12,9 +12,34 @@ def learned_evaluation():
     return ["results/learned/evaluation.json"] if LEARNED else []
 
 
+CAUSAL = (LEARNED or {}).get("causal")
+CAUSAL_CHECK = "results/learned/causal-check.json"
+
+
 def learned_causal():
-    """The causal rules' study, when the learned section has a causal part."""
-    return ["results/learned/causal.json"] if LEARNED and LEARNED.get("causal") else []
+    """The causal rules' study, when the learned section has a causal part, and their
+    closed-loop check and cost, when it decodes them closed loop."""
+    if not CAUSAL:
+        return []
+    return ["results/learned/causal.json"] + (
+        [CAUSAL_CHECK] if causal_loop_shards() else []
+    )
+
+
+def causal_loop_shards():
+    """Shards whose closed-loop job decodes the causal rules (learned.causal.closed_loop)."""
+    loop = (CAUSAL or {}).get("closed_loop")
+    return [s for s in TRACE_SHARDS if loop and s in loop["shards"]]
+
+
+def causal_study_for(wildcards):
+    """The causal study and its models, for a closed-loop job that decodes its rules."""
+    if wildcards.shard not in causal_loop_shards():
+        return {}
+    return {
+        "causal": "results/learned/causal.json",
+        "causal_models": "results/learned/causal",
+    }
 
 
 def learned_scorers():
@@ -40,11 +65,12 @@ def closed_loop_names(shard):
     return [n for n in names if learned_groups.applies(n, shard)]
 
 
-def closed_loop_dirs():
+def closed_loop_dirs(shards=None):
+    """The closed-loop folders of `shards` (default: every shard) that decode something."""
     return [
         f"results/learned/closed-loop/{shard}"
-        for shard in TRACE_SHARDS
-        if closed_loop_names(shard)
+        for shard in (TRACE_SHARDS if shards is None else shards)
+        if closed_loop_names(shard) or shard in causal_loop_shards()
     ]
 
 

@@ -75,8 +75,11 @@ rule learned_fit:
 
 
 rule learned_closed_loop:
-    """The closed-loop scorers decoding one shard in the harness, interleaved."""
+    """The closed-loop scorers decoding one shard in the harness, interleaved; then, on
+    the shards of learned.causal.closed_loop, the causal study's rules on its first
+    sequences."""
     input:
+        unpack(causal_study_for),
         model=built("results/model"),
         sequences="results/heldout/{shard}.parquet",
         gates="results/gates/{shard}.json",
@@ -100,10 +103,13 @@ rule learned_closed_loop:
     params:
         settings=settings("model", "harness", "learned"),
         model=built_or_pretrained("model"),
+        causal=lambda wildcards, input: (
+            f"--causal {input.causal}" if "causal" in input.keys() else ""
+        ),
     shell:
         "moecache learned-closed-loop --settings {params.settings:q} --model {params.model:q}"
         " --sequences {input.sequences} --shard {wildcards.shard} --gates {input.gates}"
-        " --out-dir {output} > {log} 2>&1"
+        " {params.causal} --out-dir {output} > {log} 2>&1"
 
 
 rule learned_evaluate:
@@ -154,3 +160,32 @@ rule learned_causal:
     shell:
         "moecache learned-causal --settings {params.settings:q} --training {input.training}"
         " --trace {params.traces} --out-dir {output.models} --out {output.json} > {log} 2>&1"
+
+
+rule learned_causal_check:
+    """The causal rules' closed-loop copies against their replay on the same sequences, and
+    each rule's decisions timed against LRU's, set against the copies it saves at 1x."""
+    input:
+        causal="results/learned/causal.json",
+        models="results/learned/causal",
+        traces=lambda wildcards: expand(TRACE, shard=causal_loop_shards()),
+        closed=lambda wildcards: closed_loop_dirs(causal_loop_shards()),
+        bandwidth=BANDWIDTH,
+    output:
+        CAUSAL_CHECK,
+    log:
+        "logs/learned/causal-check.log",
+    benchmark:
+        "benchmarks/learned/causal-check.tsv"
+    conda:
+        CONDA_ENV
+    threads: 1
+    params:
+        settings=settings("model", "harness", "learned"),
+        traces=lambda wildcards: " ".join(
+            f"{s}={TRACE.format(shard=s)}" for s in causal_loop_shards()
+        ),
+    shell:
+        "moecache learned-causal-check --settings {params.settings:q} --causal {input.causal}"
+        " --trace {params.traces} --closed-loop {input.closed} --bandwidth {input.bandwidth}"
+        " --out {output} > {log} 2>&1"

@@ -19,6 +19,8 @@ from moecache.command import (
     with_settings,
 )
 from moecache.errors import MoecacheError
+from moecache.records.causal import CausalStudy
+from moecache.records.io import read_record
 from moecache.records.learned import LearnedEvaluation
 
 
@@ -61,8 +63,9 @@ def cmd_learned_closed_loop(args):
     from moecache.learned import stage
 
     settings = load_settings(args, ("model", "harness", "learned"))
+    study = None if args.causal is None else read_record(args.causal, CausalStudy)
     runs = stage.closed_loop(
-        settings, args.model, args.sequences, args.shard, args.gates, args.out_dir
+        settings, args.model, args.sequences, args.shard, args.gates, args.out_dir, study
     )
     for label, t in runs.items():
         print(
@@ -134,6 +137,7 @@ def register(sub) -> None:
     )
     on_model(p, "--sequences", "--gates", "--out-dir")
     p.add_argument("--shard", required=True)
+    p.add_argument("--causal", type=Path, help="the causal study, for learned.causal.closed_loop")
     p = results(
         with_settings(
             add(sub, "learned-evaluate", cmd_learned_evaluate, "scorers' share of the gap")
@@ -151,7 +155,6 @@ def register(sub) -> None:
 def cmd_learned_causal(args):
     from moecache.learned import causal
     from moecache.records import trace
-    from moecache.records.causal import CausalStudy
 
     settings = load_settings(args, ("model", "learned", "seed"))
     if "causal" not in settings["learned"]:
@@ -188,3 +191,56 @@ def register_causal(sub) -> None:
     p.add_argument("--training", required=True, type=Path, help="the training trace")
     p.add_argument("--trace", nargs="+", required=True, help="shard=trace of each shard")
     p.add_argument("--out-dir", required=True, type=Path, help="the fitted next-use models")
+    p = results(
+        with_settings(
+            add(
+                sub,
+                "learned-causal-check",
+                cmd_learned_causal_check,
+                "causal rules: closed loop against replay, cost per decision",
+            )
+        )
+    )
+    p.add_argument("--causal", required=True, type=Path, help="the causal study")
+    p.add_argument("--trace", nargs="+", required=True, help="shard=trace of each shard")
+    p.add_argument(
+        "--closed-loop", nargs="+", required=True, type=Path, help="closed-loop runs or folders"
+    )
+    p.add_argument("--bandwidth", required=True, type=Path, help="the measured copy time")
+
+
+def cmd_learned_causal_check(args):
+    from moecache import provenance
+    from moecache.learned import causal_check
+    from moecache.records import trace
+    from moecache.records.bandwidth import BandwidthResult
+    from moecache.records.causal import CausalCheck
+    from moecache.records.io import read_dict, read_run_dict
+
+    settings = load_settings(args, ("model", "harness", "learned", "seed"))
+    experts = settings["model"]["architecture"]["num_experts"]
+    paths = named_files(args.trace, "--trace")
+    traces = {shard: trace.read_demand(path, experts) for shard, path in paths.items()}
+    runs = files_in(args.closed_loop, "*.json")
+    reports = [read_run_dict(path) for path in runs]
+    bandwidth = read_dict(args.bandwidth, BandwidthResult)
+    study = read_record(args.causal, CausalStudy)
+    found = causal_check.check(settings, study, traces, reports, bandwidth)
+    lines = []
+    for shard, rules in found["closed_loop"].items():
+        for rule, row in rules.items():
+            lines.append(
+                f"{shard} {rule:20s} closed loop {row['copies']} copies, replay "
+                f"{row['replay_copies']}: equal {row['equal']}"
+            )
+    for rule, row in found["cost"]["rules"].items():
+        low, high = row["extra_interval"]
+        lines.append(
+            f"{rule:20s} {row['ns_per_decision'] / 1e3:6.1f} us a decision, "
+            f"{row['extra_ns'] / 1e3:+6.1f} us over LRU [{low / 1e3:+.1f}, {high / 1e3:+.1f}]; "
+            f"saves {row['copies_saved_per_decision']:.3f} copies, worth "
+            f"{row['worth_ns'] / 1e3:.1f} us at 1x"
+        )
+    sources = [args.causal, *paths.values(), *runs, args.bandwidth]
+    # The timing runs on the CPU, whatever the harness's device.
+    emit(args, found, lines, sources, provenance.stamp(settings, "cpu"), kind=CausalCheck)

@@ -190,6 +190,8 @@ def evaluate(
     closed = {}
     for path in closed_files:
         report = read_run_dict(path)
+        if report["policy"] != "learned":  # a causal rule's (causal_check.py compares it)
+            continue
         closed.setdefault(report["shard"], {})[scorer_name(report["params"]["weights"])] = report
     shards = {}
     for shard, path in traces.items():
@@ -257,16 +259,62 @@ def closed_loop_runs(names: list[str], shard: str, scorers_dir: str = "results/l
     }
 
 
-def closed_loop(settings, model_source, sequences, shard, gates, out_dir) -> dict:
-    """The closed-loop scorers decoding `shard` in the harness, interleaved in one process
-    (each a results file and trace in `out_dir`); their copies are checked against the
-    replay's by the evaluation."""
+CAUSAL = "causal-"  # the label prefix of a causal rule's closed-loop run
+
+
+def causal_runs(study) -> dict:
+    """harness.runs entries decoding every rule the causal study (records/causal.py) tuned,
+    and its next-use model, with the parameters it chose (the control is left out)."""
+    chosen = {name: tuning["chosen"] for name, tuning in study.tuning.items()}
+    chosen["next-use"] = study.next_use["chosen"]
+    return {CAUSAL + name: {"policy": name, "params": params} for name, params in chosen.items()}
+
+
+def causal_loop(settings, shard: str, study) -> tuple[dict, int | None]:
+    """The causal rules `shard` decodes closed loop (learned.causal.closed_loop) and on how
+    many of its first sequences; no runs where the config names no closed loop there."""
+    loop = settings["learned"].get("causal", {}).get("closed_loop")
+    if not loop or shard not in loop["shards"]:
+        if study is not None:
+            raise MoecacheError(
+                f"shard {shard}: given the causal study, but learned.causal.closed_loop does "
+                "not decode its rules there"
+            )
+        return {}, None
+    if study is None:
+        raise MoecacheError(
+            f"shard {shard}: learned.causal.closed_loop decodes the causal rules there: give "
+            "--causal (the causal study, results/learned/causal.json)"
+        )
+    return causal_runs(study), loop["sequences"]
+
+
+def closed_loop(settings, model_source, sequences, shard, gates, out_dir, study=None) -> dict:
+    """The closed-loop scorers decoding `shard` in the harness, interleaved in one process,
+    then the causal rules of `study` (learned.causal.closed_loop) on its first sequences,
+    interleaved in their turn; each run a results file and trace in `out_dir`. Their copies
+    are checked against the replay's by the evaluation (scorers) and the causal check."""
     from moecache.harness import jobs
 
-    runs = closed_loop_runs(settings["learned"]["closed_loop"], shard)
-    if not runs:
+    scorers = closed_loop_runs(settings["learned"]["closed_loop"], shard)
+    causal, first = causal_loop(settings, shard, study)
+    if not scorers and not causal:
         raise MoecacheError(f"shard {shard}: no scorer of learned.closed_loop applies to it")
-    harness = {**settings["harness"], "runs": runs, "trace_run": next(iter(runs))}
-    return jobs.run_decode(
-        {**settings, "harness": harness}, model_source, sequences, shard, shard, gates, out_dir
-    )
+    loaded = jobs.load(settings, model_source, sequences)
+    done = {}
+    for runs, cut in ((scorers, None), (causal, first)):
+        if not runs:
+            continue
+        harness = {**settings["harness"], "runs": runs, "trace_run": next(iter(runs))}
+        done |= jobs.run_decode(
+            {**settings, "harness": harness},
+            model_source,
+            sequences,
+            shard,
+            shard,
+            gates,
+            out_dir,
+            first=cut,
+            loaded=loaded,
+        )
+    return done

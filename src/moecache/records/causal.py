@@ -51,5 +51,38 @@ class CausalStudy(Traced):
         return {"rule": rule, "rows": rows}
 
 
+@dataclass(frozen=True, kw_only=True)
+class CausalCheck(Traced):
+    """The causal rules decoding in the harness against their replay, and what their
+    decisions cost (learned/causal_check.py, results/learned/causal-check.json).
+
+    `closed_loop`: per shard of learned.causal.closed_loop, per rule, the harness's copies
+    per sequence beside the replay's of the same sequences and whether they are equal;
+    `cost`: on `cost_shard`'s first sequences, every rule's plan() time per decision (one
+    layer's plan for one token) with its interval over streams, its extra time over LRU's
+    (paired), the copies it saves per decision and their worth at `tau_ms` a copy, and the
+    worth less the extra time (`net_ns`: negative, it costs more than it saves at 1x)."""
+
+    version: ClassVar[int] = SCHEMA
+    what: ClassVar[str] = "the causal rules' closed-loop check and cost per decision"
+    optional: ClassVar[tuple[str, ...]] = ("settings", "device", *TRACED)
+
+    schema: int = SCHEMA
+    seed: int
+    capacity: int  # the harness's: the closed loop's and the timing's
+    closed_loop: dict  # shard -> rule -> {closed_loop, replay: {seq: copies}, copies, equal}
+    cost_shard: str
+    cost_sequences: list  # the sequences timed
+    rounds: int
+    tau_ms: float  # one expert's copy at 1x (the bandwidth record's)
+    cost: dict  # {"decisions", "streams", "rules": {rule: {ns_per_decision, ...}}}
+    settings: dict | None = None
+    device: str | None = None
+
+    def all_equal(self) -> bool:
+        """Whether every rule's closed-loop copies equal its replay's, on every shard."""
+        return all(row["equal"] for rules in self.closed_loop.values() for row in rules.values())
+
+
 REFERENCES = ("lru", "farthest-future")  # the gap's ends, in every capacity's rules
 CONTROL = "-permuted"  # a shuffled-label control's suffix
