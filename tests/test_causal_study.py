@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 from test_learned import routed
 
-from moecache.learned import causal
-from moecache.records.causal import CausalStudy
+from moecache.errors import MoecacheError
+from moecache.learned import causal, causal_check, causal_cost, stage
+from moecache.records.causal import CausalCheck, CausalStudy
+from moecache.records.demand import Demand
 from moecache.records.io import read_record, write_record
 from moecache.report import causal as report
 
@@ -122,3 +124,177 @@ def test_the_scorecard_row_and_the_numbers_read_the_study(study, tmp_path):
     assert found.verdict == ("holds" if meets else "differs")
     section = causal_section(tmp_path / "results/learned/causal.json")
     assert f"Best: {rule}" in section and "| next-use-permuted |" in section
+
+
+# The causal check (learned/causal_check.py, causal_cost.py): closed loop against replay, and
+# the cost per decision. The closed-loop runs are made here from each rule's one-stream path
+# (Policy.plan, the call the harness's pooled block makes: tests/test_policies.simulate);
+# tests/test_harness.py decodes the rules in the harness itself.
+LOOP = {"closed_loop": {"shards": ["a"], "sequences": 3}, "cost": {"sequences": 2, "rounds": 2}}
+CHECK_SETTINGS = {
+    **SETTINGS,
+    "harness": {"capacity": 4},
+    "learned": {"causal": {**SETTINGS["learned"]["causal"], **LOOP}},
+}
+BANDWIDTH = {"tau_ms": 0.04}
+
+
+def closed_loop_reports(found, demand: Demand, capacity: int, sequences: int) -> list[dict]:
+    """Each causal run's results as the harness writes them (the fields the check reads)."""
+    from test_policies import simulate
+
+    from moecache.policies import make
+
+    reports = []
+    for label, spec in stage.causal_runs(found).items():
+        rows = []
+        for s in range(sequences):
+            policy = make(
+                spec["policy"], capacity, demand.num_experts, demand.top_k, spec["params"]
+            )
+            stream = demand.requests[s, : demand.lengths[s]].tolist()
+            run = simulate(policy, stream, list(demand.probs[s, : demand.lengths[s]]))
+            rows.append({"sequence": s, "fills": run.insertions - run.steady, "steady": run.steady})
+        reports.append({"run": label, "shard": "a", **spec, "sequences": rows})
+    return reports
+
+
+@pytest.fixture(scope="module")
+def checked(study):
+    found, _ = study
+    shard = routed(1, streams=5)
+    reports = closed_loop_reports(found, shard, 4, 3)
+    return (
+        found,
+        shard,
+        reports,
+        causal_check.check(CHECK_SETTINGS, found, {"a": shard}, reports, BANDWIDTH),
+    )
+
+
+def test_the_causal_runs_are_the_studys_chosen_rules(study):
+    found, _ = study
+    runs = stage.causal_runs(found)
+    assert set(runs) == {f"causal-{r}" for r in (*found.tuning, "next-use")}
+    assert runs["causal-co-activation"]["params"] == found.tuning["co-activation"]["chosen"]
+    assert runs["causal-next-use"]["params"] == found.next_use["chosen"]
+    assert stage.causal_loop(CHECK_SETTINGS, "a", found) == (runs, 3)
+    assert stage.causal_loop(CHECK_SETTINGS, "b", None) == ({}, None)
+    with pytest.raises(MoecacheError, match="give --causal"):
+        stage.causal_loop(CHECK_SETTINGS, "a", None)
+    with pytest.raises(MoecacheError, match="does not decode its rules there"):
+        stage.causal_loop(CHECK_SETTINGS, "b", found)
+
+
+def test_closed_loop_copies_equal_the_replay_of_the_same_sequences(checked, tmp_path):
+    found, shard, reports, result = checked
+    loops = result["closed_loop"]["a"]
+    assert set(loops) == {*found.tuning, "next-use"}
+    for rule, row in loops.items():
+        assert list(row["closed_loop"]) == ["seq0", "seq1", "seq2"], rule
+        assert row["equal"] and row["closed_loop"] == row["replay"], rule
+        assert row["copies"] == row["replay_copies"] > 0
+    # One copy more in one sequence of one run: the check says so.
+    tampered = [dict(r) for r in reports]
+    tampered[0]["sequences"] = [dict(row) for row in reports[0]["sequences"]]
+    tampered[0]["sequences"][1]["steady"] += 1
+    again = causal_check.check(CHECK_SETTINGS, found, {"a": shard}, tampered, BANDWIDTH)
+    record = CausalCheck(**again)
+    assert not record.all_equal()
+    assert not again["closed_loop"]["a"][tampered[0]["policy"]]["equal"]
+    write_record(tmp_path / "causal-check.json", CausalCheck(**result))
+    assert read_record(tmp_path / "causal-check.json", CausalCheck).all_equal()
+
+
+def test_a_missing_causal_run_or_shard_is_one_clear_error(checked):
+    found, shard, reports, _ = checked
+    with pytest.raises(MoecacheError, match="no closed-loop run of causal-next-use"):
+        causal_check.check(
+            CHECK_SETTINGS,
+            found,
+            {"a": shard},
+            [r for r in reports if r["run"] != "causal-next-use"],
+            BANDWIDTH,
+        )
+    with pytest.raises(MoecacheError, match="give the trace of every shard"):
+        causal_check.check(CHECK_SETTINGS, found, {"b": shard}, reports, BANDWIDTH)
+
+
+def test_the_cost_is_timed_against_lru_on_the_first_sequences(checked):
+    found, shard, _, result = checked
+    assert result["cost_sequences"] == ["seq0", "seq1"] and result["rounds"] == 2
+    cost = result["cost"]
+    assert cost["decisions"] == int(shard.lengths[:2].sum()) and cost["streams"] == 2
+    assert list(cost["rules"]) == ["lru", *found.tuning, "next-use"]
+    lru = cost["rules"]["lru"]
+    assert lru["extra_ns"] == 0 and lru["extra_interval"] == [0, 0]
+    first = causal_check.first_sequences(shard, 2)
+    lru_copies = sum(causal.copies(first, "lru", 4).values())
+    texts = {r["policy"]: causal.rule_text(r["policy"], r["params"]) for r in runs_of(found)}
+    texts["lru"] = "lru"
+    for rule, row in cost["rules"].items():
+        low, high = row["interval"]
+        assert 0 < low <= row["ns_per_decision"] <= high, rule
+        text = texts[rule]
+        saved = lru_copies - sum(causal.copies(first, text, 4).values())
+        assert row["copies_saved_per_decision"] == pytest.approx(saved / cost["decisions"])
+        assert row["worth_ns"] == pytest.approx(row["copies_saved_per_decision"] * 0.04e6)
+        assert row["net_ns"] == pytest.approx(row["worth_ns"] - row["extra_ns"])
+
+
+def runs_of(found) -> list[dict]:
+    return list(stage.causal_runs(found).values())
+
+
+def test_a_slow_rule_costs_more_than_it_saves(study, monkeypatch):
+    """A rule whose every decision waits 300 us costs that much over LRU's, more than the
+    copies it could save are worth; the report says so."""
+    import time
+
+    from moecache.policies.reuse_distance import ReuseDistance
+
+    found, _ = study
+    plan = ReuseDistance.plan
+
+    def slow(self, *args):
+        until = time.perf_counter_ns() + 300_000
+        while time.perf_counter_ns() < until:
+            pass
+        return plan(self, *args)
+
+    monkeypatch.setattr(ReuseDistance, "plan", slow)
+    shard = routed(1, streams=2, steps=20)
+    rules = {
+        "reuse-distance": ("reuse-distance", {}),
+        "decayed-frequency": ("decayed-frequency", {}),
+    }
+    copies = {r: 100 for r in ("lru", *rules)}
+    cost = causal_cost.cost(shard, rules, copies, 0.04, capacity=4, rounds=2, seed=0)
+    slow_row = cost["rules"]["reuse-distance"]
+    assert slow_row["extra_interval"][0] > 250_000
+    assert report.pays({**slow_row, "worth_ns": 40_000}) == "costs more than it saves"
+    assert report.pays({**slow_row, "worth_ns": 10 * slow_row["extra_interval"][1]}) == (
+        "saves more than it costs"
+    )
+
+
+def test_the_table_part_and_the_scorecard_show_the_check(study, checked, tmp_path):
+    import shutil
+
+    from moecache.report import claim_checks
+    from moecache.report.evidence import Results
+
+    _, path = study
+    record = CausalCheck(**checked[3])
+    frame = report.check_frame(record)
+    assert list(frame["rule"]) == list(record.cost["rules"])
+    assert frame.set_index("rule").loc["lru", "at_1x"] == "the reference"
+    causal_rows = frame[frame["rule"] != "lru"]
+    assert causal_rows["closed_loop_equals_replay"].all()
+    assert "C = 4" in report.check_caption(record)
+    (tmp_path / "results/learned").mkdir(parents=True)
+    shutil.copy(path, tmp_path / "results/learned/causal.json")
+    write_record(tmp_path / "results/learned/causal-check.json", record)
+    found = claim_checks.causal_rule(Results(tmp_path))
+    assert found.why.startswith("closed-loop copies = replay copies (a ")
+    assert "results/learned/causal-check.json" in found.sources

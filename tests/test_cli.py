@@ -127,11 +127,16 @@ ACCEPTED = {
     "learned-labels": [*ON_TRACE, "--out", "l.parquet"],
     "learned-fit": [*SET, "--group", "router", "--trace", "t", "--labels", "l", "--out-dir", "o"],
     "learned-closed-loop": [
-        *ON_MODEL, "--sequences", "s", "--gates", "g", "--out-dir", "o", "--shard", "a"
+        *ON_MODEL, "--sequences", "s", "--gates", "g", "--out-dir", "o", "--shard", "a",
+        "--causal", "c.json",
     ],
     "learned-evaluate": [*SET, "--trace", "a=t", "--foresight", "a=f", "--scorers", "s"],
     "learned-causal": [
         *SET, "--training", "t.parquet", "--trace", "a=t", "--out-dir", "m", "--out", "c.json"
+    ],
+    "learned-causal-check": [
+        *SET, "--causal", "c.json", "--trace", "a=t", "--closed-loop", "d", "--bandwidth", "b",
+        "--out", "k.json",
     ],
     "router-train": [
         *ON_MODEL, "--tokenizer", "tok", "--variant", "hit", "--text", "t", "--out-dir", "d"

@@ -455,9 +455,10 @@ def test_decode_results_from_the_pipeline(smoke_run):
     # Every policy runs closed loop, and the zoo's best two in replay (each zoo
     # rule's harness path equals its replay: tests/test_zoo.py); learned scorers decode in
     # the learned stage's own closed-loop job (tests/test_learned.py).
-    # The oracle set runs in the accuracy stage (tests/test_accuracy.py). The causal rules'
-    # study (learned/causal.py) replays its rules, whose harness path equals their replay
-    # (tests/test_policies.py, test_next_use.py); no closed-loop run yet (issue 41).
+    # The oracle set runs in the accuracy stage (tests/test_accuracy.py). The causal rules
+    # decode in the learned closed-loop job where learned.causal.closed_loop names a shard
+    # (the embedded default's config; the smoke config has no causal part), and here in
+    # test_the_causal_rules_decode_closed_loop_as_they_replay.
     causal = {"co-activation", "reuse-distance", "next-use"}
     closed_loop = set(POLICIES) - set(ZOO) - {"learned", "oracle-set"} - causal
     assert decoded == closed_loop | {"lfu", "s3-fifo"}
@@ -497,6 +498,42 @@ def test_decode_results_from_the_pipeline(smoke_run):
     assert len(probe["layers"]) == config["model"]["architecture"]["num_hidden_layers"]
     bandwidth = read_dict(smoke_run / "results/bandwidth/cpu.json", BandwidthResult)
     assert bandwidth["tau_ms"] > 0 and bandwidth["large_gib_per_s"] > 0
+
+
+def test_the_causal_rules_decode_closed_loop_as_they_replay(smoke, tmp_path):
+    """Co-activation, reuse-distance, decayed frequency and next-use (a random model per
+    layer; it reads its layer, which the harness sets) decode in the harness, interleaved;
+    each one's copies, sequence by sequence, equal its replay of the demand it met."""
+    from test_next_use import model_file
+
+    from moecache.harness import trace as traces
+    from moecache.learned import causal
+    from moecache.records.trace import read_demand
+
+    config, model, sequences = smoke
+    arch = config["model"]["architecture"]
+    n, k, capacity, layers = arch["num_experts"], arch["num_experts_per_tok"], 8, [1, 2]
+    weights = model_file(tmp_path, n, layers=tuple(layers))
+    rules = {
+        "co-activation": {"decay": 0.99, "context_decay": 0.5},
+        "reuse-distance": {"weight": 0.15, "prior": 64.0, "overdue": 1.0},
+        "decayed-frequency": {"decay": 0.98},
+        "next-use": {"weights": weights, "frequency": 0.3, "coactivation": 0.5},
+    }
+    with decode.offloaded(model, layers, capacity, "cpu", 8) as off:
+        arms = [
+            off.arm(name, decode.policy_factory({"policy": name, "params": p}, capacity, n, k), 8)
+            for name, p in rules.items()
+        ]
+        results = decode.decode(model, sequences[:2], "cpu", arms, off.own, 2)
+    for name, params in rules.items():
+        result = results[name]
+        assert abs(result["totals"]["nll"] - results["co-activation"]["totals"]["nll"]) < 1e-5
+        path = tmp_path / f"{name}.parquet"
+        traces.write(result["trace"], path, {"run": name})
+        replay = causal.copies(read_demand(path, n), causal.rule_text(name, params), capacity)
+        loop = {f"seq{r['sequence']}": r["fills"] + r["steady"] for r in result["sequences"]}
+        assert loop == replay and sum(loop.values()) > 2 * capacity * len(layers), name
 
 
 def decode_args(smoke_run, tmp_path, settings, shard="a"):

@@ -1,17 +1,20 @@
 """The causal rules' study (results/learned/causal.json) for the report: its table part, its
 figure (share of the gap against C, one line per rule and shard, the paper's 26.9% and
 32.5% marked) and its claim (the best causal rule's held-out share and interval at every
-capacity). It reads the study as its record (records/causal.py)."""
+capacity); and their check (results/learned/causal-check.json): closed-loop copies against
+replay copies and the cost per decision against the worth of the copies saved, a table part
+and the claim's words. It reads both as their records (records/causal.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from moecache.records.causal import CONTROL, REFERENCES, CausalStudy
+from moecache.records.causal import CONTROL, REFERENCES, CausalCheck, CausalStudy
 from moecache.records.io import read_record
 
 PAPER = {"decayed frequency (paper)": 0.269, "learned scorers (paper)": 0.325}
 TARGET = 0.5  # issue 41: half of the gap at every capacity
+REFERENCE_RULE = "lru"  # the causal check times every rule against it
 
 
 def read(path) -> CausalStudy:
@@ -21,6 +24,85 @@ def read(path) -> CausalStudy:
 def is_study(path) -> bool:
     """Whether a --learned file is the causal study (the other is the scorers' evaluation)."""
     return str(path).endswith("causal.json")
+
+
+def is_check(path) -> bool:
+    """Whether a --learned file is the causal rules' closed-loop check and cost."""
+    return str(path).endswith("causal-check.json")
+
+
+def read_check(path) -> CausalCheck:
+    return read_record(path, CausalCheck)
+
+
+def check_frame(check: CausalCheck) -> pd.DataFrame:
+    """One row per rule: its closed-loop copies beside its replay's (each closed-loop
+    shard's), and its decisions' time against LRU's beside what its saved copies are worth
+    at 1x, in microseconds per decision (one layer's plan for one token)."""
+    rows = []
+    for rule, row in check.cost["rules"].items():
+        loops = {shard: rules[rule] for shard, rules in check.closed_loop.items() if rule in rules}
+        rows.append(
+            {
+                "rule": rule,
+                "closed_loop_copies": " ".join(f"{s}:{r['copies']}" for s, r in loops.items()),
+                "replay_copies": " ".join(f"{s}:{r['replay_copies']}" for s, r in loops.items()),
+                "closed_loop_equals_replay": all(r["equal"] for r in loops.values())
+                if loops
+                else None,
+                "us_per_decision": row["ns_per_decision"] / 1e3,
+                "extra_us": row["extra_ns"] / 1e3,
+                "extra_low": row["extra_interval"][0] / 1e3,
+                "extra_high": row["extra_interval"][1] / 1e3,
+                "copies_saved_per_decision": row["copies_saved_per_decision"],
+                "saved_worth_us": row["worth_ns"] / 1e3,
+                "at_1x": "the reference" if rule == REFERENCE_RULE else pays(row),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def pays(row: dict) -> str:
+    """Whether a rule's saved copies are worth more than its decisions' extra time at 1x:
+    by the whole interval of that extra time, or 'unclear' where the interval spans it."""
+    low, high = row["extra_interval"]
+    if row["worth_ns"] > high:
+        return "saves more than it costs"
+    if row["worth_ns"] < low:
+        return "costs more than it saves"
+    return "unclear"
+
+
+def check_caption(check: CausalCheck) -> str:
+    shards = ", ".join(check.closed_loop)
+    return (
+        f"The causal rules decoding in the harness at C = {check.capacity} (the first "
+        f"sequences of shard {shards}, learned.causal.closed_loop), their copies beside the "
+        "same rules replayed on the same sequences; and each rule's decisions (plan(), one "
+        "layer and token) timed against LRU's on the monotonic clock, interleaved token by "
+        f"token, the median of {check.rounds} rounds, on {len(check.cost_sequences)} "
+        f"sequences of shard {check.cost_shard} ({check.cost['decisions']} decisions): "
+        "microseconds per decision, the extra over LRU's with a 95% paired bootstrap "
+        "interval over streams, and the copies the rule saves per decision times one "
+        f"expert's copy at 1x ({1e3 * check.tau_ms:.1f} us, the bandwidth record)."
+    )
+
+
+def check_words(check: CausalCheck, rule: str) -> str:
+    """`rule`'s closed-loop check and cost, in one sentence for the scorecard."""
+    loops = [
+        f"{s} {r[rule]['copies']} = {r[rule]['replay_copies']}"
+        for s, r in check.closed_loop.items()
+    ]
+    equal = all(r[rule]["equal"] for r in check.closed_loop.values())
+    row = check.cost["rules"][rule]
+    low, high = (x / 1e3 for x in row["extra_interval"])
+    return (
+        f"closed-loop copies {'=' if equal else '!='} replay copies ({', '.join(loops)}); "
+        f"its decisions take {row['extra_ns'] / 1e3:+.1f} us [{low:+.1f}, {high:+.1f}] over "
+        f"LRU's, its saved copies are worth {row['worth_ns'] / 1e3:.1f} us at 1x: "
+        f"{pays(row)}"
+    )
 
 
 def frame(study: CausalStudy) -> pd.DataFrame:

@@ -226,6 +226,12 @@ def causal_rule(r: Results) -> Found:
         [relative],
     )
     found.elsewhere.extend(texts[shown:])
+    checked = "results/learned/causal-check.json"
+    if (r.workdir / checked).exists():
+        check = causal.read_check(r.path(checked))
+        if rule in check.cost["rules"]:
+            found.why = causal.check_words(check, rule)
+            found.sources.append(checked)
     return found
 
 

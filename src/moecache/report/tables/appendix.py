@@ -96,8 +96,9 @@ def table_eviction(replay, learned) -> Table:
             )
     parts = {"": pd.DataFrame(rows)}
     captions = {}
+    checks = [p for p in learned if causal.is_check(p)]
     studies = [p for p in learned if causal.is_study(p)]
-    learned = [p for p in learned if not causal.is_study(p)] + studies
+    learned = [p for p in learned if not causal.is_study(p) and p not in checks] + studies
     if learned and not causal.is_study(learned[0]):
         parts["learned_scorers"] = learned_frame(read_dict(learned[0], LearnedEvaluation))
         captions["learned_scorers"] = (
@@ -112,6 +113,10 @@ def table_eviction(replay, learned) -> Table:
     if studies:
         parts["causal_rules"] = causal.frame(causal.read(studies[0]))
         captions["causal_rules"] = causal.CAPTION
+    if checks:
+        check = causal.read_check(checks[0])
+        parts["causal_check"] = causal.check_frame(check)
+        captions["causal_check"] = causal.check_caption(check)
     return Table(
         "table_eviction",
         "Appendix. Eviction rules replayed on the recorded demand",
@@ -123,7 +128,7 @@ def table_eviction(replay, learned) -> Table:
         "split), steady copies per token, and the share of the gap between LRU and "
         "farthest-future (full lookahead) each rule recovers.",
         parts,
-        [*replay, *learned],
+        [*replay, *learned, *checks],
         part_captions=captions,
     )
 
