@@ -289,32 +289,36 @@ def causal_loop(settings, shard: str, study) -> tuple[dict, int | None]:
     return causal_runs(study), loop["sequences"]
 
 
+def decoding(settings, runs: dict) -> dict:
+    """`settings` whose harness decodes `runs` alone (the first of them its trace run)."""
+    trace_run = next(iter(runs), None)
+    return {**settings, "harness": {**settings["harness"], "runs": runs, "trace_run": trace_run}}
+
+
 def closed_loop(settings, model_source, sequences, shard, gates, out_dir, study=None) -> dict:
     """The closed-loop scorers decoding `shard` in the harness, interleaved in one process,
     then the causal rules of `study` (learned.causal.closed_loop) on its first sequences,
     interleaved in their turn; each run a results file and trace in `out_dir`. Their copies
     are checked against the replay's by the evaluation (scorers) and the causal check."""
     from moecache.harness import jobs
+    from moecache.harness import runs as planned
+    from moecache.schedule import plan
 
     scorers = closed_loop_runs(settings["learned"]["closed_loop"], shard)
     causal, first = causal_loop(settings, shard, study)
     if not scorers and not causal:
         raise MoecacheError(f"shard {shard}: no scorer of learned.closed_loop applies to it")
+    groups = [(decoding(settings, runs), cut) for runs, cut in ((scorers, None), (causal, first))]
+    groups = [(group, cut) for group, cut in groups if group["harness"]["runs"]]
+    for group, _ in groups:  # a bad rule or parameter refuses before the model loads
+        planned.plan_shard(group, shard, shard)
     loaded = jobs.load(settings, model_source, sequences)
+    longest = max(len(ids) for ids in loaded[1])
+    memory = plan.plan(groups[0][0], source=model_source, tokens=longest, shard=shard)
+    print("\n".join(plan.lines(memory)))
     done = {}
-    for runs, cut in ((scorers, None), (causal, first)):
-        if not runs:
-            continue
-        harness = {**settings["harness"], "runs": runs, "trace_run": next(iter(runs))}
+    for group, cut in groups:
         done |= jobs.run_decode(
-            {**settings, "harness": harness},
-            model_source,
-            sequences,
-            shard,
-            shard,
-            gates,
-            out_dir,
-            first=cut,
-            loaded=loaded,
+            group, model_source, sequences, shard, shard, gates, out_dir, first=cut, loaded=loaded
         )
     return done
