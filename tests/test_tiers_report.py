@@ -140,6 +140,14 @@ def test_the_verdicts_follow_the_cells(grid):
     verdict = report.verdict_of(grid)
     assert len(verdict.leads) == 2 * 6 * 2  # (shard, C, H, admission)
     assert verdict.admission in ("always", "bypass", None)
+    for (shard, c, h), schedule in verdict.cheapest.items():
+        costs = {
+            f"{r['rule']} / {r['admission']}": r["ms_per_token"]
+            for r in grid.rows
+            if (r["shard"], r["capacity"], r["host"]) == (shard, c, h)
+        }
+        assert costs[schedule] == min(costs.values())
+    assert len(verdict.cheapest) == 2 * 6
     rows = [dict(r) for r in grid.rows]
     # Farthest-future made dearer than LRU in one disk cell: the lead no longer survives.
     for row in rows:

@@ -117,12 +117,26 @@ def verdict_lines(verdict: TiersVerdict) -> list[str]:
     if bypass:
         lines.append(
             "With host compute (bypass) its lead in ms per token survives: "
-            f"{yes[verdict.ms_with_compute]} ({spread([x.ms_saved for x in bypass])}); "
-            f"in copies: {yes[verdict.copies_with_compute]} "
-            f"({spread([x.copies_saved for x in bypass])})."
+            f"{yes[verdict.ms_with_compute]} (it saves {spread([x.ms_saved for x in bypass])}); "
+            f"its lead in copies: {yes[verdict.copies_with_compute]} (it copies "
+            f"{spread([x.copies_saved for x in bypass])} fewer)."
         )
-    lines += admission_lines(verdict)
+    lines += cheapest_lines(verdict) + admission_lines(verdict)
     return lines
+
+
+def cheapest_lines(verdict: TiersVerdict) -> list[str]:
+    """Which schedule costs least, and in how many cells."""
+    if not verdict.cheapest:
+        return []
+    winners: dict[str, list[str]] = {}
+    for (shard, c, h), schedule in verdict.cheapest.items():
+        winners.setdefault(schedule, []).append(f"({shard}, {c}, {host_text(h)})")
+    said = "; ".join(
+        f"{schedule} in {len(cells)} of {len(verdict.cheapest)} cells {' '.join(cells)}"
+        for schedule, cells in sorted(winners.items(), key=lambda item: -len(item[1]))
+    )
+    return [f"The cheapest schedule per (shard, C, H): {said}."]
 
 
 def admission_lines(verdict: TiersVerdict) -> list[str]:

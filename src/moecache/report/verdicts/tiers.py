@@ -62,6 +62,7 @@ class TiersVerdict:
     ms_with_compute: bool  # ... in every cell with bypass
     copies_with_compute: bool  # farthest-future copies fewer than LRU in every bypass cell
     admission: str | None  # the admission that wins every cell and rule (None: it depends)
+    cheapest: dict  # (shard, C, H) -> the cheapest "rule / admission" there
     price_ratio: float  # the config's host compute / copy time
     disk_ratio: float  # the config's disk read / copy time
 
@@ -92,9 +93,20 @@ def tiers_verdict(grid: dict) -> TiersVerdict:
         ms_with_compute=bool(with_compute) and all(x.ms_saved > 0 for x in with_compute),
         copies_with_compute=bool(with_compute) and all(x.copies_saved > 0 for x in with_compute),
         admission=winners.pop() if len(winners) == 1 else None,
+        cheapest=cheapest(grid["rows"]),
         price_ratio=prices["host_compute_ms"] / copy,
         disk_ratio=disk_ratio,
     )
+
+
+def cheapest(rows: list[dict]) -> dict:
+    """Per (shard, C, H): the schedule of the least ms per token."""
+    best: dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["shard"], row["capacity"], row["host"])
+        if key not in best or row["ms_per_token"] < best[key]["ms_per_token"]:
+            best[key] = row
+    return {key: f"{row['rule']} / {row['admission']}" for key, row in best.items()}
 
 
 def cell_key(row: dict) -> tuple:
