@@ -153,11 +153,14 @@ def admission_lines(verdict: TiersVerdict) -> list[str]:
     ]
     ratios = [x for x in evens if x.ratio is not None]
     for host in dict.fromkeys(x.host for x in ratios):
-        at = [x.ratio for x in ratios if x.host == host]
+        by_c = {}
+        for x in ratios:
+            if x.host == host:
+                by_c.setdefault(x.capacity, []).append(x.ratio)
+        said = "; ".join(f"C = {c}: {min(r):.2f} to {max(r):.2f}" for c, r in by_c.items())
         lines.append(
             f"Copying stops paying, H = {host_text(host)}: bypass costs less once a host "
-            f"compute costs less than {min(at):.2f} to {max(at):.2f} copies (by rule, C and "
-            "shard)."
+            f"compute costs less than this many copies (by rule and shard), {said}."
         )
     return lines
 
