@@ -121,6 +121,7 @@ ACCEPTED = {
     "bound": [*ON_TRACE, "--mixed-share", "0.5", "--out", "b.json"],
     "optimum": ["--demand", "d.jsonl", "--experts", "8", "--capacity", "4"],
     "foresight": [*ON_TRACE, "--foresight", "0", "4", "--heldout-last", "2", "--out", "f"],
+    "tiers-grid": [*SET, "--trace", "a=t.parquet", "b=u.parquet", "--out", "g.json"],
     "optimum-sweep": [*SET, "--out", "o.json"],
     "benchmark-replay": [*SET, "--out", "b.json"],
     "learned-trace": [*ON_MODEL, "--tokenizer", "tok", "--text", "t", "--out", "o"],

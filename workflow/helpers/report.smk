@@ -38,6 +38,11 @@ if any(
 if learned_causal():
     PAPER_OUTPUTS += ["figures/fig_causal.pdf"]
 
+# The tiers' table and figure, where the config has tiers.grid (issue 40).
+if tiers_grid():
+    PAPER_OUTPUTS += ["figures/table_tiers.md", "figures/fig_tiers.pdf"]
+
+
 
 def final_outputs():
     """Every stage's outputs, then the paper's tables and figures: the target `all`."""
@@ -53,6 +58,7 @@ def final_outputs():
         *replay_outputs(),
         *learned_evaluation(),
         *learned_causal(),
+        *tiers_grid(),
         *router_measured(),
         *controller_sweeps(),
         *controller_longer(),

@@ -12,6 +12,8 @@ localrules:
     fig1,
     fig2,
     fig_causal,
+    table_tiers,
+    fig_tiers,
     claims,
 
 
@@ -279,6 +281,58 @@ rule fig_causal:
         CONDA_ENV
     shell:
         "moecache figure fig_causal --learned {input.learned} --out-dir figures > {log} 2>&1"
+
+
+rule table_tiers:
+    """The tiers' grid, farthest-future against LRU, always against bypass (tiers.grid)."""
+    input:
+        tiers_grid=tiers_grid(),
+    output:
+        report(
+            "figures/table_tiers.csv",
+            caption="../report/table_tiers.rst",
+            category="Tables",
+        ),
+        "figures/table_tiers_ff_vs_lru.csv",
+        "figures/table_tiers_break_even.csv",
+        report(
+            "figures/table_tiers.md",
+            caption="../report/table_tiers.rst",
+            category="Tables",
+        ),
+        "figures/table_tiers.sources.json",
+    log:
+        "logs/figures/table_tiers.log",
+    benchmark:
+        "benchmarks/figures/table_tiers.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache table table_tiers --tiers-grid {input.tiers_grid} --out-dir figures"
+        " > {log} 2>&1"
+
+
+rule fig_tiers:
+    """ms per token against C and H, a line per rule x admission (tiers.grid)."""
+    input:
+        tiers_grid=tiers_grid(),
+    output:
+        "figures/fig_tiers.pdf",
+        report(
+            "figures/fig_tiers.png",
+            caption="../report/fig_tiers.rst",
+            category="Figures",
+        ),
+        "figures/fig_tiers.sources.json",
+    log:
+        "logs/figures/fig_tiers.log",
+    benchmark:
+        "benchmarks/figures/fig_tiers.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "moecache figure fig_tiers --tiers-grid {input.tiers_grid} --out-dir figures"
+        " > {log} 2>&1"
 
 
 rule claims:

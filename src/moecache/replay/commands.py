@@ -151,6 +151,39 @@ def tiers_lines(report: dict) -> list[str]:
     return lines
 
 
+def cmd_tiers_grid(args):
+    """tiers-grid: the config's grid of tiered replays on each shard's trace (one record)."""
+    from moecache import provenance
+    from moecache.learned.commands import named_files
+    from moecache.records import trace
+    from moecache.records.tiers import TiersGrid
+    from moecache.replay import tier_grid, tier_report
+
+    settings = load_settings(args, ("tiers",))
+    grid = settings["tiers"].get("grid")
+    if grid is None:
+        raise MoecacheError("tiers-grid: the config has no tiers.grid section")
+    traces = named_files(args.trace, "--trace")
+    wanted = grid.get("shards", list(traces))
+    lacking = [shard for shard in wanted if shard not in traces]
+    if lacking:
+        raise MoecacheError(f"tiers.grid.shards: no --trace for shard {lacking[0]}")
+    shards = {shard: trace.read_demand(traces[shard], None) for shard in wanted}
+    report = tier_grid.grid(
+        shards,
+        grid["capacities"],
+        [host_size(str(h)) for h in grid["hosts"]],
+        grid["rules"],
+        grid["admissions"],
+        grid.get("host_rule", "lru"),
+        tier_report.prices(settings["tiers"]),
+    )
+    # Replay runs on the CPU, whatever the harness's device.
+    origin = provenance.stamp(settings, "cpu")
+    sources = [traces[shard] for shard in wanted]
+    emit(args, report, tier_grid.lines(report), sources, origin, TiersGrid)
+
+
 def cmd_bound(args):
     from moecache.replay import batch, bound, stream, tracefile
 
@@ -390,6 +423,12 @@ def register(sub) -> None:
         "simulators do (not what decoding obeys: docs/replay.md)",
     )
     tiers_arguments(p)
+    p = results(
+        with_settings(
+            add(sub, "tiers-grid", cmd_tiers_grid, "tiered replays over the config's grid")
+        )
+    )
+    p.add_argument("--trace", nargs="+", required=True, help="shard=trace of each shard")
     p = on_batched_demand(
         add(sub, "bound", cmd_bound, "B_flat, the exact B* (LP) and greedy B_greedy")
     )

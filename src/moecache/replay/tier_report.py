@@ -17,9 +17,14 @@ _TOL = 1e-9  # relative: float sums of prices equal up to rounding
 
 
 def prices(section: dict | None = None) -> dict:
-    """The `tiers` section with the schema's defaults for the keys it lacks."""
+    """The `tiers` section's prices with the schema's defaults for those it lacks (its
+    other keys, the report's grid and the harness's, are not prices)."""
     keys = config.schema()["properties"]["tiers"]["properties"]
-    return {key: (section or {}).get(key, spec["default"]) for key, spec in keys.items()}
+    return {
+        key: (section or {}).get(key, spec["default"])
+        for key, spec in keys.items()
+        if key.endswith("_ms")
+    }
 
 
 def event_prices(section: dict) -> tier_bound.Prices:

@@ -235,6 +235,31 @@ def causal_rule(r: Results) -> Found:
     return found
 
 
+def tiers_lead(r: Results) -> Found:
+    """Farthest-future against LRU over two tiers (report/verdicts/tiers.py): the share of
+    ms per token it saves in every cell of the grid; holds when it costs less than LRU in
+    every disk cell with admission always and in every cell with bypass."""
+    from moecache.report import tiers
+
+    relative = "results/tiers/grid.json"
+    if not (r.workdir / relative).exists():
+        raise Missing(f"no tiered replay's grid ({relative})")
+    grid = tiers.read(r.path(relative))
+    found_verdict = tiers.verdict_of(grid)
+    texts = tiers.lead_texts(found_verdict)
+    first = texts[0][0]
+    hosts = ", ".join(tiers.host_text(h) for h in grid.hosts)
+    found = Found(
+        "; ".join(text for shard, text in texts if shard == first),
+        verdict(found_verdict.ms_with_disk and found_verdict.ms_with_compute),
+        f"C = {', '.join(map(str, grid.capacities))}; H = {hosts}; config prices",
+        "",
+        [relative],
+    )
+    found.elsewhere.extend(text for shard, text in texts if shard != first)
+    return found
+
+
 def shuffled_control(r: Results) -> Found:
     heldout, _, setting, path = learned_rows(r)
     control = heldout.get("router/mlp-permuted")

@@ -117,6 +117,15 @@ CLAIMS = [
         check.causal_rule,
     ),
     Claim(
+        "tiers_lead",
+        "farthest-future's lead over LRU in ms per token survives a disk tier and host "
+        "compute (share saved per cell)",
+        "beyond the paper (issue 40)",
+        "not measured (farthest-future is optimal for one cache with forced admission)",
+        "lower ms per token in every disk cell and with bypass",
+        check.tiers_lead,
+    ),
+    Claim(
         "controller_t50",
         "controller at 0.5 copies 2.7x Dwell-16's at similar loss",
         "§3.3",

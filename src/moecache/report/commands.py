@@ -25,6 +25,7 @@ INPUTS = (
     ("controller", "controller heads files"),
     ("accuracy", "moecache accuracy summaries"),
     ("batched", "moecache decode-batched results"),
+    ("tiers_grid", "moecache tiers-grid results"),
 )
 
 

@@ -21,7 +21,7 @@ from moecache.records.bandwidth import BandwidthResult  # noqa: E402
 from moecache.records.io import read_dict, read_run_dict  # noqa: E402
 from moecache.records.learned import LearnedEvaluation  # noqa: E402
 from moecache.records.replay import ForesightResult  # noqa: E402
-from moecache.report import batching, causal, figures_overlap, replayed  # noqa: E402
+from moecache.report import batching, causal, figures_overlap, replayed, tiers  # noqa: E402
 from moecache.report.tables import scaled_points  # noqa: E402
 
 COLORS = {"preserved": "tab:blue", "restricted": "tab:orange"}
@@ -373,6 +373,13 @@ def fig_causal(learned):
     return causal.figure(studies[0])
 
 
+def fig_tiers(tiers_grid):
+    """ms per token against C and H, a line per rule x admission (report/tiers.py)."""
+    if not tiers_grid:
+        raise MoecacheError("fig_tiers: give --tiers-grid results/tiers/grid.json")
+    return tiers.figure(tiers_grid[0])
+
+
 # Name -> (builder, the input flags it reads: its parameters); `moecache figure` refuses others.
 BUILDERS = {
     "fig1": (fig1, ("runs", "scaled", "bandwidth")),
@@ -380,4 +387,5 @@ BUILDERS = {
     "fig_batching": (fig_batching, ("replay", "batched")),
     "fig_overlap": (figures_overlap.fig_overlap, ("runs", "scaled")),
     "fig_causal": (fig_causal, ("learned",)),
+    "fig_tiers": (fig_tiers, ("tiers_grid",)),
 }

@@ -14,7 +14,8 @@ check), `replay` (trace replay per capacity, bounds, foresight, the sweep and th
 benchmark), `learned` (the learned eviction scorers' share of the gap), `router_tuning`
 (Table 3's copies and the gap verdicts), `controller` (the controller appendix),
 `accuracy` (Table 2), `batching` (batched decoding against B), `overlap` (copies that
-overlap compute, and its verdicts) and `runtime` (seconds per stage, summed from
+overlap compute, and its verdicts), `tiers` (the tiered replay's grid and its verdicts) and
+`runtime` (seconds per stage, summed from
 `benchmarks/`).
 """
 
@@ -45,6 +46,7 @@ from moecache.report.numbers.stages import (
     router_tuning_section,
     runtime_section,
 )
+from moecache.report.numbers.tiers import tiers_section
 from moecache.report.readme_blocks import block, blocks, read_sections, refresh
 
 NAMES = (
@@ -63,6 +65,7 @@ NAMES = (
     "accuracy",
     "batching",
     "overlap",
+    "tiers",
     "runtime",
 )
 
@@ -123,6 +126,7 @@ def build(
         "accuracy": lambda: accuracy_section(workdir),
         "batching": lambda: batching_section(workdir, shards[0]),
         "overlap": lambda: overlap_section(workdir, shards[0]),
+        "tiers": lambda: tiers_section(workdir),
         "runtime": lambda: runtime_section(workdir),
     }
     sections = {}

@@ -317,6 +317,7 @@ FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
     ("router fine-tuning", lambda p: p.startswith("router_tuning/")),
     ("learned controller", lambda p: p.startswith("controller/")),
     ("multiple-choice accuracy", lambda p: p.startswith("accuracy/")),
+    ("tiers", lambda p: p.startswith("tiers/")),
     ("tables and figures", lambda p: p.startswith("figures/")),
     ("other", lambda p: True),
 ]

@@ -17,6 +17,7 @@ from moecache.report.tables.table1 import (
 )
 from moecache.report.tables.table2 import table2
 from moecache.report.tables.table3 import table3
+from moecache.report.tables.tiers import table_tiers
 
 # Name -> (builder, the input flags it reads: its parameters); `moecache table` refuses others.
 BUILDERS = {
@@ -28,6 +29,7 @@ BUILDERS = {
     "table_bounds": (table_bounds, ("bound", "sweep")),
     "table_replication": (table_replication, ("runs", "replication")),
     "table_batching": (table_batching, ("replay", "batched")),
+    "table_tiers": (table_tiers, ("tiers_grid",)),
 }
 
 # read and scaled_points: figures.py takes them from here.
