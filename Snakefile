@@ -34,7 +34,6 @@ else:
     include: "workflow/rules/router_tuning.smk"
     include: "workflow/rules/controller.smk"
     include: "workflow/rules/accuracy.smk"
-    include: "workflow/rules/tiers.smk"
     include: "workflow/rules/report.smk"
 
 

@@ -43,7 +43,6 @@ if tiers_grid():
     PAPER_OUTPUTS += ["figures/table_tiers.md", "figures/fig_tiers.pdf"]
 
 
-
 def final_outputs():
     """Every stage's outputs, then the paper's tables and figures: the target `all`."""
     return [
