@@ -35,6 +35,7 @@ else:
     include: "workflow/rules/controller.smk"
     include: "workflow/rules/accuracy.smk"
     include: "workflow/rules/report.smk"
+    include: "workflow/rules/tiers_harness.smk"
 
 
 rule all:

@@ -117,7 +117,8 @@ def test_the_report_predicts_each_arm_with_the_tier_equation(measured):
     c = record["resident"]["ms_per_token"]
     prices = {key: row["ms"] for key, row in record["prices"].items()}
     for row in record["admissions"].values():
-        expected = equation.tier_ms_per_token(c, record["tokens"], row, prices)
+        extra = row["bookkeeping_ms_per_token"] - record["resident"]["bookkeeping_ms_per_token"]
+        expected = equation.tier_ms_per_token(c, record["tokens"], row, prices, extra)
         assert row["predicted_ms_per_token"] == pytest.approx(expected)
         assert row["ratio"] == pytest.approx(expected / row["ms_per_token"])
         assert row["within_10pct"] == (abs(row["ratio"] - 1) <= 0.10)
@@ -163,6 +164,9 @@ def test_the_tier_equation_adds_a_term_per_tier():
     prices["device_compute_ms"] = 0.1  # a computed miss saves the device's own matvec
     assert equation.tier_ms_per_token(2.0, 10, counts, prices) == pytest.approx(
         2.0 + (10 * 0.5 + 4 * 5.0 + 6 * 0.2) / 10
+    )
+    assert equation.tier_ms_per_token(2.0, 10, counts, prices, 0.4) == pytest.approx(
+        2.4 + (10 * 0.5 + 4 * 5.0 + 6 * 0.2) / 10
     )
     with pytest.raises(MoecacheError, match="at least one token"):
         equation.tier_ms_per_token(2.0, 0, counts, prices)

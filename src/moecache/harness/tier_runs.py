@@ -103,18 +103,22 @@ def measure(model, sequences, settings: dict, workdir: Path) -> Measured:
             write_experts(path, hosts)
             disk = DiskExperts(path)
             try:
-                seed = settings["seed"]
-                before = measure_prices(adapter, own, hosts, disk, seed)
+                seed, rounds = settings["seed"], []
+
+                def price_round():
+                    rounds.append(measure_prices(adapter, own, hosts, disk, seed + len(rounds)))
+
                 arms = build_arms(adapter, own, hosts, disk, settings, cfg)
-                timed = decode_arms(model, adapter, arms, sequences, cfg, seed)
-                after = measure_prices(adapter, own, hosts, disk, seed + 1)
+                touch(hosts, disk)
+                timed = decode_arms(model, adapter, arms, sequences, cfg, seed, price_round)
+                price_round()
             finally:
                 disk.close()
     finally:
         for layer, mlp in own.items():
             adapter.set_block(model, layer, mlp)
     some = next(iter(hosts.values()))
-    prices = pooled(before, after, settings["seed"])
+    prices = pooled(rounds, settings["seed"])
     return Measured(cfg, sequences, disk.mode, prices, timed, some.num_experts, some.expert_bytes)
 
 
@@ -144,39 +148,46 @@ def build_arms(adapter, own, hosts, disk, settings, cfg) -> dict[str, dict]:
 
 
 @torch.inference_mode()
-def decode_sequence(model, adapter, blocks: dict, ids: list[int], device) -> tuple[float, float]:
-    """One sequence under `blocks`, token by token: (seconds of its steps, summed NLL)."""
+def decode_together(model, adapter, arms: dict, ids: list[int], shuffle) -> dict:
+    """One sequence under every arm, token by token: every arm decodes token t, in an order
+    shuffled per token, before any decodes t + 1, each with its own KV cache, so that the
+    machine's load falls on all arms alike. Arm -> (seconds of each step, summed NLL)."""
     from transformers import DynamicCache
 
-    for layer, block in blocks.items():
-        adapter.set_block(model, layer, block)
-        block.reset()
-    cache, clock = DynamicCache(config=model.config), Clock(device)
-    x = torch.tensor([ids], device=device)
-    seconds, nll = 0.0, 0.0
-    for t in range(len(ids)):
-        started = clock.now()
-        logits = model(input_ids=x[:, t : t + 1], cache=cache, use_cache=True).logits
-        seconds += clock.now() - started
-        if t + 1 < len(ids):
-            nll -= torch.log_softmax(logits[0, -1].float(), -1)[ids[t + 1]].item()
-    return seconds, nll
-
-
-def decode_arms(model, adapter, arms, sequences, cfg, seed: int) -> dict:
-    """Per arm: per (sequence, repeat) seconds, NLL and each layer's counts; counts must
-    repeat exactly."""
     device = next(model.parameters()).device
-    for blocks in arms.values():  # warm-up, untimed
-        decode_sequence(model, adapter, blocks, sequences[0][:WARMUP_TOKENS], device)
-    out = {name: {"seconds": [], "nll": [], "streams": {}} for name in arms}
+    clock, x = Clock(device), torch.tensor([ids], device=device)
+    state = {}
+    for name, blocks in arms.items():
+        for block in blocks.values():
+            block.reset()
+        state[name] = {"cache": DynamicCache(config=model.config), "steps": [], "nll": 0.0}
+    for t in range(len(ids)):
+        for name in shuffle.sample(list(arms), len(arms)):
+            for layer, block in arms[name].items():
+                adapter.set_block(model, layer, block)
+            s = state[name]
+            started = clock.now()
+            logits = model(input_ids=x[:, t : t + 1], cache=s["cache"], use_cache=True).logits
+            s["steps"].append(clock.now() - started)
+            if t + 1 < len(ids):
+                s["nll"] -= torch.log_softmax(logits[0, -1].float(), -1)[ids[t + 1]].item()
+    return {name: (s["steps"], s["nll"]) for name, s in state.items()}
+
+
+def decode_arms(model, adapter, arms, sequences, cfg, seed: int, between=None) -> dict:
+    """Per arm: per (sequence, repeat) each step's seconds, NLL and each layer's counts;
+    counts must repeat exactly. `between()` runs before each repeat (a round of prices)."""
     shuffle = random.Random(seed)
+    decode_together(model, adapter, arms, sequences[0][:WARMUP_TOKENS], shuffle)  # warm-up
+    out = {name: {"seconds": [], "nll": [], "streams": {}} for name in arms}
     for repeat in range(cfg["repeats"]):
+        if between is not None:
+            between()
         for s, ids in enumerate(sequences):
-            for name in shuffle.sample(list(arms), len(arms)):
-                seconds, nll = decode_sequence(model, adapter, arms[name], ids, device)
+            decoded = decode_together(model, adapter, arms, ids, shuffle)
+            for name, (steps, nll) in decoded.items():
                 arm = out[name]
-                arm["seconds"].append((s, repeat, seconds))
+                arm["seconds"].append((s, repeat, steps))
                 arm["nll"].append(nll)
                 for layer, block in arms[name].items():
                     keep_stream(name, arm["streams"], (layer, s), block, repeat)
@@ -198,30 +209,33 @@ def keep_stream(arm: str, streams: dict, key, block: TieredMoeBlock, repeat: int
 # --- the prices of one event, measured apart from any decode ---------------------------------
 
 
-def measure_prices(adapter, own, hosts, disk, seed: int, rounds: int = 3) -> dict:
-    """Per event, the ms of each: a disk read into the host
-    cache (every expert of every layer, `rounds` times in shuffled orders, after one untimed
-    pass: the disk's own cache is as warm as in the decode), a copy into a device slot, one
-    token's matvec from a host slot and from a device slot."""
+def touch(hosts: dict, disk) -> None:
+    """Every expert read once, untimed: the disk's own cache (under the page cache, which
+    the reads bypass) is then as warm for the prices as for the decode."""
+    for layer in hosts:
+        for e in range(hosts[layer].num_experts):
+            disk.read(layer, e)
+
+
+def measure_prices(adapter, own, hosts, disk, seed: int, rounds: int = 1) -> dict:
+    """Per event, the ms of each: a disk read into the host cache (every expert of every
+    layer, `rounds` times in a shuffled order), a copy into a device slot, one token's
+    matvec from a host slot and from a device slot."""
     rng = random.Random(seed)
     samples = {"disk_to_host_ms": [], "host_to_device_ms": [], "host_compute_ms": []}
     samples["device_compute_ms"] = []
     for layer, mlp in own.items():
         host = hosts[layer]
-        cache = HostCache(host, host.num_experts, layer, disk)
-        experts = list(range(host.num_experts))
-        for e in experts:  # untimed first pass
-            cache.read(e)
+        cache = HostCache(host, 1, layer, disk)  # one slot: read, copy, compute, drop
         kernel_host = kernel_over(adapter.experts(mlp), cache.slots)
         kernel_device = kernel_over(adapter.experts(mlp), host.slots)
-        slot = host.new_slots(1)
-        clock = Clock(host.device)
-        x = torch.randn(1, host.host[next(iter(host.host))].shape[-1], dtype=cache.dtype)
-        x = x.to(host.device)
+        slot, clock = host.new_slots(1), Clock(host.device)
+        width = next(iter(host.host.values())).shape[-1]
+        x = torch.randn(1, width, dtype=cache.dtype).to(host.device)
+        experts = list(range(host.num_experts))
         for _ in range(rounds):
             rng.shuffle(experts)
             for e in experts:
-                cache.drop(e)
                 samples["disk_to_host_ms"].append(1e3 * cache.read(e))
                 started = clock.now()
                 for name, target in slot.items():
@@ -233,13 +247,14 @@ def measure_prices(adapter, own, hosts, disk, seed: int, rounds: int = 3) -> dic
                 started = clock.now()
                 expert(kernel_device, e, x)
                 samples["device_compute_ms"].append(1e3 * (clock.now() - started))
+                cache.drop(e)
     return samples
 
 
-def pooled(before: dict, after: dict, seed: int) -> dict:
-    """The prices measured before and after the decode, pooled (the machine's drift over
-    the decode falls on both halves)."""
-    return {key: summary(before[key] + after[key], seed) for key in before}
+def pooled(rounds: list[dict], seed: int) -> dict:
+    """The prices measured before each repeat and after the last, pooled (the machine's
+    load over the decode falls on them as on the arms)."""
+    return {key: summary([v for r in rounds for v in r[key]], seed) for key in rounds[0]}
 
 
 def summary(values: list[float], seed: int) -> dict:
@@ -261,16 +276,22 @@ def report(settings: dict, m: Measured, gpu_check: dict | None = None) -> dict:
     harness, cfg, sequences, timed = settings["harness"], m.cfg, m.sequences, m.timed
     tokens = sum(len(ids) for ids in sequences)
     resident = measured(timed[RESIDENT], sequences, settings["seed"])
-    resident["decide_ms_per_token"] = in_run(timed[RESIDENT]["streams"], {}, tokens)[
-        "decide_ms_per_token"
-    ]
+    decide = {
+        name: in_run(arm["streams"], {}, tokens)["decide_ms_per_token"]
+        for name, arm in timed.items()
+    }
+    resident["bookkeeping_ms_per_token"] = decide[RESIDENT]
     unit = {key: row["ms"] for key, row in m.prices.items()}
+    scored = cfg["repeats"] * sum(len(ids) - 1 for ids in sequences)
     rows = {}
     for admission in cfg["admissions"]:
         arm = timed[admission]
         row = measured(arm, sequences, settings["seed"])
         counts = totals(arm["streams"])
-        predicted = equation.tier_ms_per_token(resident["ms_per_token"], tokens, counts, unit)
+        c = resident["ms_per_token"]
+        bookkeeping = decide[admission] - decide[RESIDENT]
+        predicted = equation.tier_ms_per_token(c, tokens, counts, unit, bookkeeping)
+        events_only = equation.tier_ms_per_token(c, tokens, counts, unit)
         ratio = predicted / row["ms_per_token"]
         rows[admission] = {
             **row,
@@ -278,8 +299,11 @@ def report(settings: dict, m: Measured, gpu_check: dict | None = None) -> dict:
             "per_layer": per_layer(arm["streams"]),
             "streams": stream_rows(arm["streams"]),
             "timed_in_run_ms": in_run(arm["streams"], counts, tokens),
-            "delta_nll": (sum(arm["nll"]) - sum(timed[RESIDENT]["nll"])) / len(arm["nll"]),
+            "delta_nll": (sum(arm["nll"]) - sum(timed[RESIDENT]["nll"])) / scored,
+            "bookkeeping_ms_per_token": decide[admission],
             "predicted_ms_per_token": predicted,
+            "predicted_without_bookkeeping_ms_per_token": events_only,
+            "ratio_without_bookkeeping": events_only / row["ms_per_token"],
             "ratio": ratio,
             "within_10pct": bool(abs(ratio - 1) <= equation.TIER_WITHIN),
         }
@@ -307,21 +331,22 @@ def report(settings: dict, m: Measured, gpu_check: dict | None = None) -> dict:
 
 
 def measured(arm: dict, sequences, seed: int) -> dict:
-    """Measured ms/token over every (sequence, repeat), with a bootstrap interval over them
-    and each repeat's own ms/token."""
-    ms = [1e3 * seconds for _, _, seconds in arm["seconds"]]
-    tokens = [len(sequences[s]) for s, _, _ in arm["seconds"]]
-    low, high = bootstrap_ratio(ms, tokens, seed)
-    repeats = sorted({r for _, r, _ in arm["seconds"]})
-    per_repeat = [
-        sum(m for m, (_, r, _) in zip(ms, arm["seconds"], strict=True) if r == repeat)
-        / sum(t for t, (_, r, _) in zip(tokens, arm["seconds"], strict=True) if r == repeat)
-        for repeat in repeats
-    ]
+    """Measured ms/token: each token's step, the median over the repeats (a step another
+    process preempted once does not count), summed over every sequence's tokens; a
+    bootstrap interval over tokens, and each repeat's own ms/token (every step counted)."""
+    steps = {}  # (sequence, t) -> that step's ms in each repeat
+    per_repeat = {}
+    for s, repeat, seconds in arm["seconds"]:
+        for t, step in enumerate(seconds):
+            steps.setdefault((s, t), []).append(1e3 * step)
+        total, count = per_repeat.get(repeat, (0.0, 0))
+        per_repeat[repeat] = (total + 1e3 * sum(seconds), count + len(seconds))
+    medians = [statistics.median(ms) for ms in steps.values()]
+    low, high = bootstrap_ratio(medians, np.ones(len(medians)), seed)
     return {
-        "ms_per_token": sum(ms) / sum(tokens),
+        "ms_per_token": sum(medians) / len(medians),
         "ms_per_token_ci": [low, high],
-        "repeats_ms_per_token": per_repeat,
+        "repeats_ms_per_token": [total / count for total, count in per_repeat.values()],
     }
 
 
@@ -346,11 +371,11 @@ def stream_rows(streams: dict) -> list[dict]:
 
 
 def in_run(streams: dict, counts: dict, tokens: int) -> dict:
-    """The events as the decode timed them (mean over repeats): ms per event and the
-    tier bookkeeping (deciding what moves) per token, which the equation leaves out."""
+    """The events as the decode timed them (per stream, the median over repeats): ms per
+    event, and per token the tiers' deciding what moves (the bookkeeping)."""
 
     def mean_seconds(key):
-        return sum(statistics.mean(t[key] for t in s["times"]) for s in streams.values())
+        return sum(statistics.median(t[key] for t in s["times"]) for s in streams.values())
 
     def per(key, count):
         count = counts.get(count, 0)
