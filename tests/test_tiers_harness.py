@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from test_router_tuning import EXPERTS, TOP_K, tiny_model
 
 from moecache.costs import equation
 from moecache.errors import MoecacheError
@@ -21,27 +23,8 @@ from moecache.records.io import RecordError, read_record, write_record
 from moecache.records.tiers_measured import TiersMeasuredResult
 from moecache.replay import tiers as replay_tiers
 
-EXPERTS, TOP_K, LAYERS, CAPACITY, HOST = 8, 2, 2, 3, 5
-
-
-def tiny_model(seed: int = 0):
-    from transformers import OlmoeConfig, OlmoeForCausalLM
-
-    torch.manual_seed(seed)
-    config = OlmoeConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=16,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        num_experts=EXPERTS,
-        num_experts_per_tok=TOP_K,
-        max_position_embeddings=64,
-        norm_topk_prob=False,
-        tie_word_embeddings=False,
-    )
-    return OlmoeForCausalLM(config).eval()
+REPO = Path(__file__).resolve().parents[1]
+LAYERS, CAPACITY, HOST = 2, 3, 5  # the tiny model's layers; C < H < N
 
 
 def tiny_settings(**harness) -> dict:
@@ -216,3 +199,13 @@ def test_a_rule_that_reads_the_future_is_refused():
 
     with pytest.raises(MoecacheError, match="read only past requests"):
         causal_rule("farthest-future", CAPACITY, EXPERTS, TOP_K)
+
+
+def test_the_schema_takes_the_harness_keys_and_refuses_a_bad_one():
+    from moecache import config as configs
+
+    settings = configs.load(REPO / "config/config.yaml")
+    harness = {"host": 32, "admissions": ["always", "bypass"], "sequences": 2, "tokens": 32}
+    configs.validate_schema({**settings, "tiers": {"harness": harness}})
+    with pytest.raises(configs.ConfigError, match="admissions"):
+        configs.validate_schema({**settings, "tiers": {"harness": {"admissions": ["never"]}}})

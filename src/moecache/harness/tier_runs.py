@@ -36,6 +36,7 @@ from moecache.model.kernel import expert
 
 RESIDENT = "all-resident"
 WARMUP_TOKENS = 8
+PRICES = ("disk_to_host_ms", "host_to_device_ms", "host_compute_ms", "device_compute_ms")
 SHARED = (
     "on a CPU the device slots and the host cache are both host memory and the same cores "
     "compute from both: a copy is a memcpy and a host compute costs what a device one does"
@@ -103,10 +104,11 @@ def measure(model, sequences, settings: dict, workdir: Path) -> Measured:
             write_experts(path, hosts)
             disk = DiskExperts(path)
             try:
-                seed, rounds = settings["seed"], []
+                seed, rounds, capacity = settings["seed"], [], harness["capacity"]
 
                 def price_round():
-                    rounds.append(measure_prices(adapter, own, hosts, disk, seed + len(rounds)))
+                    prices = measure_prices(adapter, own, hosts, disk, capacity, seed + len(rounds))
+                    rounds.append(prices)
 
                 arms = build_arms(adapter, own, hosts, disk, settings, cfg)
                 touch(hosts, disk)
@@ -217,37 +219,36 @@ def touch(hosts: dict, disk) -> None:
             disk.read(layer, e)
 
 
-def measure_prices(adapter, own, hosts, disk, seed: int, rounds: int = 1) -> dict:
-    """Per event, the ms of each: a disk read into the host cache (every expert of every
-    layer, `rounds` times in a shuffled order), a copy into a device slot, one token's
-    matvec from a host slot and from a device slot."""
+def measure_prices(adapter, own, hosts, disk, capacity: int, seed: int) -> dict:
+    """Per event, the ms of each, in the order a device miss performs them: per layer, in a
+    shuffled order, every expert read from disk into a host cache of them all, copied from
+    there into the next of `capacity` device slots, and one token's matvec computed from
+    its host slot (a bypassed miss, just read) and from its slot of the all-resident
+    reference (a device hit, as c computes it)."""
     rng = random.Random(seed)
-    samples = {"disk_to_host_ms": [], "host_to_device_ms": [], "host_compute_ms": []}
-    samples["device_compute_ms"] = []
+    samples = {key: [] for key in PRICES}
     for layer, mlp in own.items():
         host = hosts[layer]
-        cache = HostCache(host, 1, layer, disk)  # one slot: read, copy, compute, drop
+        cache = HostCache(host, host.num_experts, layer, disk)
         kernel_host = kernel_over(adapter.experts(mlp), cache.slots)
         kernel_device = kernel_over(adapter.experts(mlp), host.slots)
-        slot, clock = host.new_slots(1), Clock(host.device)
+        slots, clock = host.new_slots(capacity), Clock(host.device)
         width = next(iter(host.host.values())).shape[-1]
         x = torch.randn(1, width, dtype=cache.dtype).to(host.device)
         experts = list(range(host.num_experts))
-        for _ in range(rounds):
-            rng.shuffle(experts)
-            for e in experts:
-                samples["disk_to_host_ms"].append(1e3 * cache.read(e))
-                started = clock.now()
-                for name, target in slot.items():
-                    target[0].copy_(cache.tensors(e)[name])
-                samples["host_to_device_ms"].append(1e3 * (clock.now() - started))
-                started = clock.now()
-                host_matvec(kernel_host, cache.slot_of[e], x)
-                samples["host_compute_ms"].append(1e3 * (clock.now() - started))
-                started = clock.now()
-                expert(kernel_device, e, x)
-                samples["device_compute_ms"].append(1e3 * (clock.now() - started))
-                cache.drop(e)
+        rng.shuffle(experts)
+        for i, e in enumerate(experts):
+            samples["disk_to_host_ms"].append(1e3 * cache.read(e))
+            started = clock.now()
+            for name, target in slots.items():
+                target[i % capacity].copy_(cache.tensors(e)[name])
+            samples["host_to_device_ms"].append(1e3 * (clock.now() - started))
+            started = clock.now()
+            host_matvec(kernel_host, cache.slot_of[e], x)
+            samples["host_compute_ms"].append(1e3 * (clock.now() - started))
+            started = clock.now()
+            expert(kernel_device, e, x)
+            samples["device_compute_ms"].append(1e3 * (clock.now() - started))
     return samples
 
 
