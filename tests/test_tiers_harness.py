@@ -16,7 +16,7 @@ from test_router_tuning import EXPERTS, TOP_K, tiny_model
 
 from moecache.costs import equation
 from moecache.errors import MoecacheError
-from moecache.harness import disk_pool, tier_runs
+from moecache.harness import disk_pool, tier_record, tier_runs
 from moecache.harness.pool import HostExperts
 from moecache.records.demand import Demand, padded
 from moecache.records.io import RecordError, read_record, write_record
@@ -95,19 +95,27 @@ def test_the_resident_reference_moves_nothing(measured):
 
 
 def test_the_report_predicts_each_arm_with_the_tier_equation(measured):
+    """Predicted from c, the arm's bookkeeping and its counts at the prices the decode
+    timed (and, beside, at those measured apart); the run's prices are its events' own."""
     settings, m = measured
-    record = tier_runs.report(settings, m)
+    record = tier_record.report(settings, m)
     c = record["resident"]["ms_per_token"]
-    prices = {key: row["ms"] for key, row in record["prices"].items()}
+    apart = {key: row["ms"] for key, row in record["prices"].items()}
+    timed = record["run_prices"]
     for row in record["admissions"].values():
         extra = row["bookkeeping_ms_per_token"] - record["resident"]["bookkeeping_ms_per_token"]
-        expected = equation.tier_ms_per_token(c, record["tokens"], row, prices, extra)
+        expected = equation.tier_ms_per_token(c, record["tokens"], row, timed, extra)
         assert row["predicted_ms_per_token"] == pytest.approx(expected)
         assert row["ratio"] == pytest.approx(expected / row["ms_per_token"])
         assert row["within_10pct"] == (abs(row["ratio"] - 1) <= 0.10)
+        beside = equation.tier_ms_per_token(c, record["tokens"], row, apart, extra)
+        assert row["predicted_from_prices_apart_ms_per_token"] == pytest.approx(beside)
         assert sum(r["reads"] for r in row["streams"]) == row["reads"]
         low, high = row["ms_per_token_ci"]
         assert low <= row["ms_per_token"] <= high
+    bypass = record["admissions"]["bypass"]
+    assert bypass["timed_in_run_ms"]["host_compute_ms"] == pytest.approx(timed["host_compute_ms"])
+    assert all(timed[key] > 0 for key in timed)
     assert record["tokens"] == 3 * 20 and record["shared_processor"]
     assert record["gpu_check"]["committed"] is False
 
@@ -116,7 +124,7 @@ def test_the_record_round_trips_and_refuses_a_missing_field(measured, tmp_path):
     settings, m = measured
     stamp = {"settings": settings, "settings_hash": "x", "versions": {}}
     stamp |= {"device": "cpu", "device_name": "cpu"}
-    record = TiersMeasuredResult(**tier_runs.report(settings, m), **stamp)
+    record = TiersMeasuredResult(**tier_record.report(settings, m), **stamp)
     path = tmp_path / "r.json"
     write_record(path, record)
     assert read_record(path, TiersMeasuredResult) == record
@@ -129,12 +137,12 @@ def test_the_record_round_trips_and_refuses_a_missing_field(measured, tmp_path):
 
 def test_the_check_fails_when_an_arm_is_not_within(measured):
     settings, m = measured
-    record = tier_runs.report(settings, m)
+    record = tier_record.report(settings, m)
     for row in record["admissions"].values():
         row["within_10pct"] = True
-    assert tier_runs.check_lines(record)[1]
+    assert tier_record.check_lines(record)[1]
     record["admissions"]["bypass"]["within_10pct"] = False
-    lines, ok = tier_runs.check_lines(record)
+    lines, ok = tier_record.check_lines(record)
     assert not ok and "NOT within 10%" in lines[-1]
 
 

@@ -125,24 +125,24 @@ def cmd_bandwidth(args):
 
 
 def cmd_tiers_harness(args):
-    from moecache.harness import tier_runs
+    from moecache.harness import tier_record
 
     settings = load_settings(args, ("model", "harness"))
-    record = tier_runs.job(settings, args.model, args.sequences, args.out, args.gpu_check)
+    record = tier_record.job(settings, args.model, args.sequences, args.out, args.gpu_check)
     prices = record["prices"]
     print(
         f"disk read ({record['disk_read']}) {prices['disk_to_host_ms']['ms']:.4f} ms, copy "
         f"{prices['host_to_device_ms']['ms']:.4f} ms, host compute "
         f"{prices['host_compute_ms']['ms']:.4f} ms per expert"
     )
-    print("\n".join(tier_runs.check_lines(record)[0]))
+    print("\n".join(tier_record.check_lines(record)[0]))
 
 
 def cmd_tiers_check(args):
-    from moecache.harness import tier_runs
+    from moecache.harness import tier_record
     from moecache.records.tiers_measured import TiersMeasuredResult
 
-    lines, ok = tier_runs.check_lines(read_record(args.record, TiersMeasuredResult).as_dict())
+    lines, ok = tier_record.check_lines(read_record(args.record, TiersMeasuredResult).as_dict())
     print("\n".join(lines))
     if not ok:
         raise MoecacheError(f"{args.record}: the tier equation is not within 10% of every run")

@@ -21,7 +21,7 @@ from moecache.harness.tier_schedule import LayerTiers
 from moecache.model.kernel import expert
 
 EVENTS = ("copies", "steady", "reads", "computes")
-TIMES = ("copy_seconds", "read_seconds", "compute_seconds", "decide_seconds")
+TIMES = ("copy_seconds", "read_seconds", "compute_seconds", "device_seconds", "decide_seconds")
 
 
 class TieredMoeBlock(nn.Module):
@@ -60,6 +60,7 @@ class TieredMoeBlock(nn.Module):
             self.cache.reset()
         self.t, self.requests = 0, []
         self.counts = dict.fromkeys(EVENTS, 0) | dict.fromkeys(TIMES, 0.0)
+        self.counts["device_computes"] = 0  # requested experts computed from a device slot
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch, length, hidden = hidden_states.shape
@@ -100,7 +101,10 @@ class TieredMoeBlock(nn.Module):
                 out += weights[j] * host_matvec(self.host_kernel, self.host_slot(e), x)
                 counts["compute_seconds"] += clock.now() - started
             else:
+                started = clock.now()
                 out += weights[j] * expert(self.device_kernel, self.slot_of[e], x)
+                counts["device_seconds"] += clock.now() - started
+                counts["device_computes"] += 1
         return out
 
     def read(self, dropped: list[int], read: list[int]) -> None:

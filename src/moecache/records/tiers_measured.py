@@ -3,7 +3,8 @@ the prices of one event as measured apart from any decode, and per admission the
 measured ms/token (with a 95% bootstrap interval over sequences and repeats), the counts
 (copies, steady, reads, computes; per layer and per stream, as replay/tiers.py counts
 them), the predicted ms/token of equation (1) with a term per tier
-(costs/equation.py's tier_ms_per_token) and predicted / measured. records/io.py writes and
+(costs/equation.py's tier_ms_per_token) at the prices the decode timed, predicted /
+measured, and beside them the prediction at the prices measured apart. records/io.py writes and
 reads it (read_record), refusing another schema or a missing field in one line.
 """
 
@@ -33,7 +34,8 @@ class TiersMeasuredResult(Stamped):
     disk_read: str  # how a read avoids the page cache: O_DIRECT or posix_fadvise(DONTNEED)
     shared_processor: bool  # True on a CPU: "device" and host are the same memory and cores
     shared_processor_note: str | None
-    prices: dict  # event -> {ms, ci, median_ms, events}: disk_to_host, host_to_device, ...
+    prices: dict  # event -> {ms, ci, median_ms, events}, measured apart from the decode
+    run_prices: dict  # event -> ms as the decode timed it: what the prediction uses
     equation: str  # the prediction, in words
     resident: dict  # the all-resident reference: ms_per_token (c), its ci, per repeat
     admissions: dict  # always / bypass -> measured, counts, predicted, ratio, within_10pct
