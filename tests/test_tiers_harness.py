@@ -99,7 +99,7 @@ def test_the_report_predicts_each_arm_with_the_tier_equation(measured):
     timed (and, beside, at those measured apart); the run's prices are its events' own."""
     settings, m = measured
     record = tier_record.report(settings, m)
-    c = record["resident"]["ms_per_token"]
+    c = record["resident"]["c_ms_per_token"]
     apart = {key: row["ms"] for key, row in record["prices"].items()}
     timed = record["run_prices"]
     for row in record["admissions"].values():
@@ -116,6 +116,13 @@ def test_the_report_predicts_each_arm_with_the_tier_equation(measured):
     bypass = record["admissions"]["bypass"]
     assert bypass["timed_in_run_ms"]["host_compute_ms"] == pytest.approx(timed["host_compute_ms"])
     assert all(timed[key] > 0 for key in timed)
+    # c: the reference's step with its device computes at the pools' price
+    reference = m.timed[tier_runs.RESIDENT]["streams"].values()
+    seconds = sum(np.mean([t["device_seconds"] for t in s["times"]]) for s in reference)
+    computes = sum(s["device_computes"] for s in reference)
+    assert computes == 3 * 20 * TOP_K * LAYERS
+    shift = (computes * timed["device_compute_ms"] - 1e3 * seconds) / record["tokens"]
+    assert c == pytest.approx(record["resident"]["ms_per_token"] + shift)
     assert record["tokens"] == 3 * 20 and record["shared_processor"]
     assert record["gpu_check"]["committed"] is False
 

@@ -385,8 +385,9 @@ TIER_EQUATION = (
 def tier_ms_per_token(
     c_ms: float, tokens: int, counts: dict, prices: dict, bookkeeping_ms: float = 0.0
 ) -> float:
-    """Equation (1) over a device pool, a host cache and a disk: c, the all-resident ms per
-    token (every requested expert computed on the device, nothing moved), plus per event
+    """Equation (1) over a device pool, a host cache and a disk: c, the ms per token with
+    every requested expert computed on the device and nothing moved (the harness: its
+    all-resident reference, its device computes priced as a pool's), plus per event
     its price: a copy into the device, a disk read into the host, and for a miss computed
     on the host the host matvec in place of the device's (`device_compute_ms`, 0 where
     unpriced). `counts`: copies, reads, computes over all streams; `tokens`: tokens decoded,

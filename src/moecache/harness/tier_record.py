@@ -38,7 +38,8 @@ def report(settings: dict, m: Measured, gpu_check: dict | None = None) -> dict:
     apart = {key: row["ms"] for key, row in m.prices.items()}
     timed_prices = run_prices(timed, cfg["admissions"])
     scored = cfg["repeats"] * sum(len(ids) - 1 for ids in sequences)
-    c, rows = resident["ms_per_token"], {}
+    c, rows = pool_c(resident["ms_per_token"], timed, tokens, timed_prices), {}
+    resident["c_ms_per_token"] = c
     for admission in cfg["admissions"]:
         arm = timed[admission]
         row = measured(arm, sequences, settings["seed"])
@@ -159,8 +160,18 @@ def run_prices(timed: dict, admissions) -> dict:
         "disk_to_host_ms": price("read_seconds", lambda s: s["counts"]["reads"], admissions),
         "host_to_device_ms": price("copy_seconds", lambda s: s["counts"]["copies"], admissions),
         "host_compute_ms": price("compute_seconds", lambda s: s["counts"]["computes"], admissions),
-        "device_compute_ms": price("device_seconds", lambda s: s["device_computes"], timed),
+        "device_compute_ms": price("device_seconds", lambda s: s["device_computes"], admissions),
     }
+
+
+def pool_c(c_ms: float, timed: dict, tokens: int, prices: dict) -> float:
+    """c with the reference's device computes at the pools' price: the reference reads each
+    expert from N slots, a pool from C; on a CPU whose caches hold C experts and not N,
+    the difference is the processor's cache, not a tier event."""
+    streams = timed[RESIDENT]["streams"].values()
+    seconds = sum(statistics.mean(t["device_seconds"] for t in s["times"]) for s in streams)
+    computes = sum(s["device_computes"] for s in streams)
+    return c_ms + (computes * prices["device_compute_ms"] - 1e3 * seconds) / tokens
 
 
 def gpu_pricing(check: dict | None, prices: dict, expert_bytes: int) -> dict:
@@ -218,7 +229,7 @@ def check_lines(record: dict) -> tuple[list[str], bool]:
     """One line per admission (measured, predicted, their ratio) and whether every one is
     within TIER_WITHIN: `moecache tiers-check` exits non-zero when not."""
     lines, ok = [], True
-    c = record["resident"]["ms_per_token"]
+    c = record["resident"]["c_ms_per_token"]
     for admission, row in record["admissions"].items():
         low, high = row["ms_per_token_ci"]
         verdict = "within" if row["within_10pct"] else "NOT within"

@@ -37,6 +37,6 @@ class TiersMeasuredResult(Stamped):
     prices: dict  # event -> {ms, ci, median_ms, events}, measured apart from the decode
     run_prices: dict  # event -> ms as the decode timed it: what the prediction uses
     equation: str  # the prediction, in words
-    resident: dict  # the all-resident reference: ms_per_token (c), its ci, per repeat
+    resident: dict  # the all-resident reference: ms_per_token, its ci, per repeat; c_ms_per_token
     admissions: dict  # always / bypass -> measured, counts, predicted, ratio, within_10pct
     gpu_check: dict  # the device side priced by a committed GPU check, or why not
