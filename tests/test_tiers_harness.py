@@ -31,8 +31,12 @@ def tiny_settings(**harness) -> dict:
     return {
         "seed": 0,
         "model": {"architecture": {"num_experts": EXPERTS, "num_experts_per_tok": TOP_K}},
-        "harness": {"device": "cpu", "restricted_layers": [0, 1], "capacity": CAPACITY},
-        "tiers": {"harness": {"host": HOST, "sequences": 3, "tokens": 20, "repeats": 2} | harness},
+        "harness": {
+            "device": "cpu",
+            "restricted_layers": [0, 1],
+            "capacity": CAPACITY,
+            "tiers": {"host": HOST, "sequences": 3, "tokens": 20, "repeats": 2} | harness,
+        },
     }
 
 
@@ -205,7 +209,7 @@ def test_a_disk_read_returns_the_experts_weights(expert_file, monkeypatch, direc
 
 
 def test_a_host_outside_its_bounds_is_refused_in_one_line():
-    with pytest.raises(MoecacheError, match="tiers.harness.host 2: at least harness.capacity"):
+    with pytest.raises(MoecacheError, match="harness.tiers.host 2: at least harness.capacity"):
         tier_runs.settings_of(tiny_settings(host=2))
 
 
@@ -221,6 +225,7 @@ def test_the_schema_takes_the_harness_keys_and_refuses_a_bad_one():
 
     settings = configs.load(REPO / "config/config.yaml")
     harness = {"host": 32, "admissions": ["always", "bypass"], "sequences": 2, "tokens": 32}
-    configs.validate_schema({**settings, "tiers": {"harness": harness}})
+    configs.validate_schema({**settings, "harness": settings["harness"] | {"tiers": harness}})
+    bad = settings["harness"] | {"tiers": {"admissions": ["never"]}}
     with pytest.raises(configs.ConfigError, match="admissions"):
-        configs.validate_schema({**settings, "tiers": {"harness": {"admissions": ["never"]}}})
+        configs.validate_schema({**settings, "harness": bad})

@@ -1,6 +1,6 @@
 # The tiers measured for real (issue 40 point 3; docs/tiers.md, "Measured in the harness"):
 # the embedded default's restricted layers decoded over device slots, a host cache and the
-# disk, on the first shard's first tiers.harness.sequences sequences, and equation (1) with
+# disk, on the first shard's first harness.tiers.sequences sequences, and equation (1) with
 # a term per tier checked against them. Included after report.smk: it reads GPU_CHECKS
 # (report.devices), the first of which prices the device side.
 
@@ -26,7 +26,7 @@ rule tiers_harness:
     resources:
         gpu=1,
     params:
-        settings=settings("model", "harness", "tiers"),
+        settings=settings("model", "harness"),
         model=built_or_pretrained("model"),
         gpu_check=lambda wildcards, input: (
             f"--gpu-check {input.gpu_check[0]}" if input.gpu_check else ""

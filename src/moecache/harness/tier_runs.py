@@ -39,7 +39,7 @@ SHARED = (
 
 
 def settings_of(settings: dict) -> dict:
-    """tiers.harness with its defaults, checked against the model."""
+    """harness.tiers with its defaults, checked against the model."""
     section = {
         "host": 32,
         "rule": "lru",
@@ -48,12 +48,12 @@ def settings_of(settings: dict) -> dict:
         "sequences": 2,
         "tokens": 32,
         "repeats": 3,
-    } | ((settings.get("tiers") or {}).get("harness") or {})
+    } | (settings["harness"].get("tiers") or {})
     arch, capacity = settings["model"]["architecture"], settings["harness"]["capacity"]
     host = section["host"]
     if host is not None and not capacity <= host <= arch["num_experts"]:
         raise MoecacheError(
-            f"tiers.harness.host {host}: at least harness.capacity ({capacity}) and at most "
+            f"harness.tiers.host {host}: at least harness.capacity ({capacity}) and at most "
             f"the {arch['num_experts']} experts (null: no disk)"
         )
     return section
@@ -63,7 +63,7 @@ def settings_of(settings: dict) -> dict:
 class Measured:
     """What the tiered decode measured, for the report."""
 
-    cfg: dict  # tiers.harness with its defaults
+    cfg: dict  # harness.tiers with its defaults
     sequences: list  # the token ids decoded
     disk_read: str  # how a read avoids the page cache (disk_pool.DIRECT or FADVISE)
     prices: dict  # event -> its ms, measured apart (measure_prices)

@@ -40,7 +40,7 @@ def causal_rule(name: str, capacity: int, num_experts: int, top_k: int) -> Evict
     policy = policies.make(name, capacity, num_experts, top_k, {})
     if not isinstance(policy, EvictionPolicy) or policy.needs_future or policy.needs_probs:
         raise MoecacheError(
-            f"tiers.harness rule {name}: the tiered harness runs ranked rules that read only "
+            f"harness.tiers rule {name}: the tiered harness runs ranked rules that read only "
             "past requests (lru, decayed-frequency, ...)"
         )
     return policy
@@ -52,7 +52,7 @@ class DeviceTier:
 
     def __init__(self, policy: EvictionPolicy, admission: str):
         if admission not in ADMISSIONS:
-            raise MoecacheError(f"tiers.harness admission {admission}: known are always, bypass")
+            raise MoecacheError(f"harness.tiers admission {admission}: known are always, bypass")
         self.policy, self.bypass = policy, admission == "bypass"
         self.reset()
 
