@@ -113,6 +113,8 @@ ACCEPTED = {
     "probe-layers": [*ON_MODEL, "--sequences", "s", "--gates", "g", "--out", "p.json"],
     "bandwidth": [*ON_MODEL, "--out", "b.json"],
     "link-check": [*ON_MODEL, "--sequences", "s", "--out", "l.json"],
+    "tiers-harness": [*ON_MODEL, "--sequences", "s", "--out", "t.json", "--gpu-check", "g"],
+    "tiers-check": ["t.json"],
     "gpu-check": ["--out", "g.json", "--device", "cuda:1"],
     "benchmark-replay-scale": ["--sequences", "2", "--capacity", "8", "--json"],
     "benchmark-per-request": ["--rounds", "2", "--json"],

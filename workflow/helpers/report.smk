@@ -1,18 +1,5 @@
-# The report's inputs beyond the results: Table 1's other devices, the paper's outputs
+# The report's inputs beyond the results: the paper's outputs
 # and every final output (the target `all`).
-from pathlib import Path
-
-# Table 1's other devices: the GPU checks report.devices names, never whatever lies in a
-# folder, so the tables' inputs are the config's.
-GPU_CHECKS = [
-    f"measured/gpu-check/{name}.json"
-    for name in config.get("report", {}).get("devices", [])
-]
-for path in GPU_CHECKS:
-    if not Path(path).exists():
-        sys.exit(f"config error: config key report.devices: no GPU check {path}")
-
-
 PAPER_OUTPUTS = [
     "figures/table1.md",
     *expand("figures/{name}.md", name=["table2", "table3", "table_controller"]),
@@ -58,6 +45,7 @@ def final_outputs():
         *learned_evaluation(),
         *learned_causal(),
         *tiers_grid(),
+        *tiers_harness(),
         *router_measured(),
         *controller_sweeps(),
         *controller_longer(),

@@ -2,6 +2,7 @@
 # how a rule names the model it reads. Each stage's own helpers are in workflow/helpers/.
 import json
 import sys
+from pathlib import Path
 
 import jsonschema
 
@@ -62,3 +63,15 @@ TRACE_RUN = config["harness"]["trace_run"]
 TRACE = f"results/traces/{{shard}}/{RunName(TRACE_RUN)}.parquet"
 TRACE_CAPACITY = RUNS[TRACE_RUN].get("capacity", config["harness"]["capacity"])
 TRACE_SHARDS = configs.run_shards(RUNS[TRACE_RUN], config)
+
+
+# Table 1's other devices (and the tiers' device side): the GPU checks report.devices
+# names, never whatever lies in a
+# folder, so the tables' inputs are the config's.
+GPU_CHECKS = [
+    f"measured/gpu-check/{name}.json"
+    for name in config.get("report", {}).get("devices", [])
+]
+for path in GPU_CHECKS:
+    if not Path(path).exists():
+        sys.exit(f"config error: config key report.devices: no GPU check {path}")

@@ -287,6 +287,7 @@ rule table_tiers:
     """The tiers' grid, farthest-future against LRU, always against bypass (tiers.grid)."""
     input:
         tiers_grid=tiers_grid(),
+        tiers_measured=tiers_harness(),
     output:
         report(
             "figures/table_tiers.csv",
@@ -308,7 +309,8 @@ rule table_tiers:
     conda:
         CONDA_ENV
     shell:
-        "moecache table table_tiers --tiers-grid {input.tiers_grid} --out-dir figures"
+        "moecache table table_tiers --tiers-grid {input.tiers_grid}"
+        " --tiers-measured {input.tiers_measured} --out-dir figures"
         " > {log} 2>&1"
 
 

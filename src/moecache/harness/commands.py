@@ -124,6 +124,30 @@ def cmd_bandwidth(args):
     print(f"one large copy {r['large_gib_per_s']:.1f} GiB/s, loop {r['loop_gib_per_s']:.1f} GiB/s")
 
 
+def cmd_tiers_harness(args):
+    from moecache.harness import tier_record
+
+    settings = load_settings(args, ("model", "harness"))
+    record = tier_record.job(settings, args.model, args.sequences, args.out, args.gpu_check)
+    prices = record["prices"]
+    print(
+        f"disk read ({record['disk_read']}) {prices['disk_to_host_ms']['ms']:.4f} ms, copy "
+        f"{prices['host_to_device_ms']['ms']:.4f} ms, host compute "
+        f"{prices['host_compute_ms']['ms']:.4f} ms per expert"
+    )
+    print("\n".join(tier_record.check_lines(record)[0]))
+
+
+def cmd_tiers_check(args):
+    from moecache.harness import tier_record
+    from moecache.records.tiers_measured import TiersMeasuredResult
+
+    lines, ok = tier_record.check_lines(read_record(args.record, TiersMeasuredResult).as_dict())
+    print("\n".join(lines))
+    if not ok:
+        raise MoecacheError(f"{args.record}: the tier equation is not within 10% of every run")
+
+
 def cmd_gpu_check(args):
     # Nothing is downloaded: set before the Hugging Face libraries are first imported.
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
@@ -200,6 +224,25 @@ def register(sub) -> None:
         add(sub, "link-check", cmd_link_check, "LRU's compute per token under each slower link")
     )
     on_model(p, "--sequences", "--out")
+
+    p = with_settings(
+        add(
+            sub,
+            "tiers-harness",
+            cmd_tiers_harness,
+            "decode over device slots, a host cache and the disk, for real (docs/tiers.md)",
+        )
+    )
+    on_model(p, "--sequences", "--out")
+    p.add_argument("--gpu-check", type=Path, help="a committed GPU check file (measured/)")
+
+    p = add(
+        sub,
+        "tiers-check",
+        cmd_tiers_check,
+        "exit non-zero unless the tier equation is within 10% of every tiered harness run",
+    )
+    p.add_argument("record", type=Path, help="a tiers-harness results file")
 
     p = add(
         sub,

@@ -26,6 +26,7 @@ INPUTS = (
     ("accuracy", "moecache accuracy summaries"),
     ("batched", "moecache decode-batched results"),
     ("tiers_grid", "moecache tiers-grid results"),
+    ("tiers_measured", "moecache tiers-harness results"),
 )
 
 

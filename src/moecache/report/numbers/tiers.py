@@ -11,7 +11,7 @@ from moecache.report.numbers.format import fixed, table
 
 
 def tiers_section(workdir: Path) -> str:
-    from moecache.report import tiers
+    from moecache.report import tiers, tiers_measured
 
     path = workdir / "results/tiers/grid.json"
     if not path.exists():
@@ -37,6 +37,8 @@ def tiers_section(workdir: Path) -> str:
         ([s, c, h, *(fixed(ratio.get((s, c, h, r)), 2) for r in grid.rules)] for s, c, h in cells),
     )
     p = grid.prices
+    measured = sorted(workdir.glob("results/tiers/harness/*.json"))
+    checked = tiers_measured.lines(tiers_measured.read(measured[0])) if measured else []
     return "\n\n".join(
         [
             f"ms per token at the config's prices (a disk read {p['disk_to_host_ms']:g} ms, a "
@@ -46,6 +48,6 @@ def tiers_section(workdir: Path) -> str:
             "Break-even ratio per rule: bypass costs less than always exactly when a host "
             "compute costs less than this many copies (at the config's disk to copy ratio):",
             evens,
-            "\n".join(f"- {line}" for line in tiers.verdict_lines(verdict)),
+            "\n".join(f"- {line}" for line in tiers.verdict_lines(verdict) + checked),
         ]
     )

@@ -29,7 +29,7 @@ BUILDERS = {
     "table_bounds": (table_bounds, ("bound", "sweep")),
     "table_replication": (table_replication, ("runs", "replication")),
     "table_batching": (table_batching, ("replay", "batched")),
-    "table_tiers": (table_tiers, ("tiers_grid",)),
+    "table_tiers": (table_tiers, ("tiers_grid", "tiers_measured")),
 }
 
 # read and scaled_points: figures.py takes them from here.
