@@ -42,7 +42,22 @@ def learned_section(workdir: Path) -> str:
     parts = (table(header, rows), learned_summary(evaluation, learned_verdict(evaluation)))
     study = workdir / "results/learned/causal.json"
     causal_part = causal_section(study) if study.exists() else ""
-    return "\n\n".join(part for part in (*parts, dagger_line(evaluation), causal_part) if part)
+    check = workdir / "results/learned/causal-check.json"
+    check_part = check_section(check) if check.exists() else ""
+    return "\n\n".join(
+        part for part in (*parts, dagger_line(evaluation), causal_part, check_part) if part
+    )
+
+
+def check_section(path: Path) -> str:
+    """The causal rules' closed-loop check and cost per decision (report/causal.py), one
+    line per rule."""
+    from moecache.report import causal
+
+    check = causal.read_check(path)
+    rules = [rule for rule in check.cost["rules"] if rule != causal.REFERENCE_RULE]
+    lines = [f"- {rule}: {causal.check_words(check, rule)}." for rule in rules]
+    return "\n".join([causal.check_caption(check), "", *lines])
 
 
 def causal_section(path: Path) -> str:
