@@ -251,3 +251,13 @@ def test_the_tiers_table_shows_the_measured_arms_and_their_check(measured, tmp_p
     fields["admissions"]["bypass"]["ratio"] = 1.2  # a prediction 20% off
     lines = tiers_measured.lines(TiersMeasuredResult(**fields, **stamp))
     assert "Admission bypass" in lines[2] and lines[2].endswith("not within 10%.")
+
+
+def test_the_measured_lines_price_the_device_side_by_a_committed_gpu_check():
+    from moecache.report import tiers_measured
+
+    priced = {"committed": True, "device_name": "G", "tau_ms": 0.25}
+    priced |= {"host_compute_ms_scaled": 2.5, "host_compute_to_copy": 10.0}
+    assert "costs 10.0 copies" in tiers_measured.gpu_lines(priced)[0]
+    none = {"committed": False, "note": "no GPU check file is committed"}
+    assert "not priced by a GPU" in tiers_measured.gpu_lines(none)[0]

@@ -86,4 +86,17 @@ def lines(result: TiersMeasuredResult) -> list[str]:
             "On this CPU the device and the host share the processor, so a host compute and "
             "a device matvec cost alike here."
         )
-    return out
+    return out + gpu_lines(result.gpu_check)
+
+
+def gpu_lines(check: dict) -> list[str]:
+    """The device side priced by the committed GPU check, where one is."""
+    if not check.get("committed"):
+        return [f"The device side is not priced by a GPU: {check.get('note', 'no check')}."]
+    return [
+        f"Priced by the committed GPU check ({check['device_name']}: a copy of its expert "
+        f"{check['tau_ms']:.3f} ms), this host's matvec of that expert "
+        f"({check['host_compute_ms_scaled']:.2f} ms, scaled by bytes) costs "
+        f"{check['host_compute_to_copy']:.1f} copies: the ratio to set against the "
+        "break-even ratios above."
+    ]
