@@ -99,3 +99,10 @@ def batched_of_size(size):
         for shape in batch_shapes([size], BATCHED)
         for run in BATCHED_RUNS
     ]
+
+
+def tiers_harness():
+    """The tiers measured in the harness, when the config has harness.tiers."""
+    if "tiers" not in config["harness"]:
+        return []
+    return [f"results/tiers/harness/{DEVICE_TAG}.json"]

@@ -51,3 +51,13 @@ def replayed_batched(shard=None):
     )
     shard = shard or TRACE_SHARDS[0]
     return [f"results/replay/{shard}/batched/{shape}.json" for shape in shapes]
+
+
+# The tiered replay's grid (tiers.grid), for replay.smk's rule tiers_grid and the report.
+TIERS_GRID = config.get("tiers", {}).get("grid")
+TIERS_SHARDS = (TIERS_GRID or {}).get("shards", TRACE_SHARDS)
+
+
+def tiers_grid():
+    """The tiered replays' grid, when the config has tiers.grid."""
+    return ["results/tiers/grid.json"] if TIERS_GRID else []

@@ -266,13 +266,6 @@ rule link_check:
 # GPU_CHECKS (report.devices) prices the device side.
 
 
-def tiers_harness():
-    """The tiers measured in the harness, when the config has harness.tiers."""
-    if "tiers" not in config["harness"]:
-        return []
-    return [f"results/tiers/harness/{DEVICE_TAG}.json"]
-
-
 rule tiers_harness:
     """Prices of a disk read, a copy and a host compute, then the all-resident reference
     and one tiered arm per admission, decoded interleaved (moecache tiers-harness)."""

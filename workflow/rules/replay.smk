@@ -205,13 +205,6 @@ rule benchmark_replay:
 # Tiers (docs/tiers.md, issue 40 point 4): the trace run's demand replayed over a disk tier
 # and over host compute, on the grid of tiers.grid, for the report's verdicts, table and
 # figure. CPU only. Without tiers.grid there is no job here.
-TIERS_GRID = config.get("tiers", {}).get("grid")
-TIERS_SHARDS = (TIERS_GRID or {}).get("shards", TRACE_SHARDS)
-
-
-def tiers_grid():
-    """The tiered replays' grid, when the config has tiers.grid."""
-    return ["results/tiers/grid.json"] if TIERS_GRID else []
 
 
 rule tiers_grid:
