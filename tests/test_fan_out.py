@@ -43,7 +43,16 @@ def dry_run_jobs(tmp_path, config) -> list[str]:
     configfile = tmp_path / "config.yaml"
     configfile.write_text(json.dumps(config))
     out = snakemake(tmp_path, "-n", "all", "--cores", "1", configfile=configfile).stdout
-    return re.findall(r"^rule (\w+):\n(?:.*\n)*?\s+wildcards: (.*)$", out, re.MULTILINE)
+    # One block per job; a job without wildcards (profile_model) has no such line, so each
+    # block is searched alone (a pattern spanning blocks took the next job's wildcards).
+    blocks = re.split(r"^(?=(?:local)?rule \w+:$)", out, flags=re.MULTILINE)
+    jobs = []
+    for block in blocks:
+        rule = re.match(r"(?:local)?rule (\w+):", block)
+        wildcards = re.search(r"wildcards: (.*)", block)
+        if rule and wildcards:
+            jobs.append((rule.group(1), wildcards.group(1)))
+    return jobs
 
 
 @pytest.mark.pipeline
