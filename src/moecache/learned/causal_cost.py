@@ -20,16 +20,10 @@ import numpy as np
 
 from moecache import policies
 from moecache.intervals import bootstrap_ratio, paired_difference
-from moecache.records.batch import layer_of
+from moecache.records.batch import layer_number
 from moecache.records.demand import Demand
 
 REFERENCE = "lru"
-
-
-def layer_number(stream: str) -> int | None:
-    """The layer of a trace stream "layer<L>/<sequence>" (None for other ids)."""
-    head = layer_of(stream)
-    return int(head[5:]) if head.startswith("layer") and head[5:].isdigit() else None
 
 
 def fresh(rules: dict, capacity: int, demand: Demand, layer) -> list:

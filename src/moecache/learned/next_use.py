@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from moecache.policies.next_use import FLOOR
-from moecache.records.batch import layer_of
+from moecache.records.batch import layer_number
 from moecache.records.demand import Demand, subset
 
 
@@ -41,8 +41,7 @@ def layer_ids(demand: Demand) -> dict[int, list[int]]:
     """Layer id -> its streams' indices (a stream "layer<L>/<sequence>"; else layer 0)."""
     out: dict[int, list[int]] = {}
     for s, name in enumerate(demand.streams):
-        head = layer_of(name)
-        out.setdefault(int(head[5:]) if head[5:].isdigit() else 0, []).append(s)
+        out.setdefault(layer_number(name) or 0, []).append(s)
     return dict(sorted(out.items()))
 
 

@@ -21,6 +21,12 @@ def layer_of(stream: str) -> str:
     return stream.split("/")[0]
 
 
+def layer_number(stream: str) -> int | None:
+    """L of a stream "layer<L>/<sequence>" (None for other ids)."""
+    head = layer_of(stream)
+    return int(head[5:]) if head.startswith("layer") and head[5:].isdigit() else None
+
+
 def places(lengths: list[int], size: int, batching: str) -> list[tuple[int, int, int]]:
     """(batch, slot, first step) of each sequence, in trace order."""
     if batching == "static":

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from moecache.costs.equation import TIER_WITHIN
 from moecache.records.io import read_record
 from moecache.records.tiers_measured import TiersMeasuredResult
-
-TOLERANCE = 0.10  # the bound on |predicted / measured - 1|
 
 CAPTION = (
     "The tiers decoded for real (moecache tiers-harness, harness.tiers): the restricted "
@@ -57,7 +56,7 @@ def frame(result: TiersMeasuredResult) -> pd.DataFrame:
 
 
 def within(ratio: float) -> bool:
-    return abs(ratio - 1.0) <= TOLERANCE
+    return abs(ratio - 1.0) <= TIER_WITHIN
 
 
 def lines(result: TiersMeasuredResult) -> list[str]:
@@ -79,7 +78,7 @@ def lines(result: TiersMeasuredResult) -> list[str]:
             f"with a term per tier predicts {arm['predicted_ms_per_token']:.2f} (ratio "
             f"{arm['ratio']:.3f}; at the prices measured apart "
             f"{arm['ratio_from_prices_apart']:.3f}): "
-            f"{'within' if ok else 'not within'} 10%."
+            f"{'within' if ok else 'not within'} {TIER_WITHIN:.0%}."
         )
     if result.shared_processor:
         out.append(
