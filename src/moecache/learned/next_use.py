@@ -5,7 +5,10 @@ t's request
 (one-hot over N experts) and the router's log-probabilities at t, the log-odds that each
 expert is requested within the next `horizon` tokens. Full-batch Adam on the mean binary
 cross-entropy with a small L2 penalty, seeded from the config; the last token of each stream
-(no future) is left out. `permute` shuffles the labels across tokens (same seed): the
+(no future) is left out. The inputs are standardised for the fit (the one-hot columns and the
+log-probabilities, down to log FLOOR, differ in scale by an order of magnitude, which left
+Adam oscillating) and the scaling is folded back into the weights, so the rule reads raw
+inputs. `permute` shuffles the labels across tokens (same seed): the
 control, whose rule must do no better than chance features.
 """
 
@@ -72,7 +75,9 @@ def fit_layer(demand: Demand, horizon, steps, lr, l2, seed, permute) -> tuple[di
     if permute:
         y = y[np.random.default_rng(seed).permutation(len(y))]
     torch.manual_seed(seed)
-    inputs, labels = torch.from_numpy(x).float(), torch.from_numpy(y).float()
+    mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-6  # a constant column keeps weight 0
+    inputs = torch.from_numpy((x - mean) / scale).float()
+    labels = torch.from_numpy(y).float()
     n = demand.num_experts
     weight = torch.zeros(2 * n, n, requires_grad=True)
     bias = torch.zeros(n, requires_grad=True)
@@ -83,8 +88,9 @@ def fit_layer(demand: Demand, horizon, steps, lr, l2, seed, permute) -> tuple[di
         loss = loss_fn(inputs @ weight + bias, labels) + l2 * (weight**2).sum()
         loss.backward()
         optimiser.step()
-    w = weight.detach().numpy().astype(np.float64)
-    model = {"follow": w[:n], "router": w[n:], "bias": bias.detach().numpy().astype(np.float64)}
+    w = weight.detach().numpy().astype(np.float64) / scale[:, None]  # weights of raw inputs
+    b = bias.detach().numpy().astype(np.float64) - mean @ w
+    model = {"follow": w[:n], "router": w[n:], "bias": b}
     return model, float(loss.item())
 
 
