@@ -291,3 +291,18 @@ def test_the_smoke_run_builds_the_scorecard(smoke_run):
     assert (smoke_run / "results/replay/a/c12/bound.json").exists()
     table = pd.read_csv(smoke_run / "figures/table_eviction.csv")
     assert sorted(set(table["capacity"])) == [8, 12]
+
+
+def test_equation_one_agrees_within_what_the_measurement_can_rank():
+    """Predicting the measured winner agrees; predicting the runner-up agrees only when the
+    two are not told apart (overlapping intervals); any other prediction differs."""
+    from moecache.report.claim_checks import winner_agrees, winner_text
+
+    check = {"predicted_winner": "dwell-16", "measured_winner": "static", "runner_up": "dwell-16"}
+    assert winner_agrees({**check, "told_apart": False})
+    assert not winner_agrees({**check, "told_apart": True})
+    assert not winner_agrees({**check, "predicted_winner": "lru", "told_apart": False})
+    assert winner_agrees({**check, "predicted_winner": "static", "told_apart": True})
+    assert winner_text(50, {**check, "told_apart": False}) == (
+        "50x: predicted dwell-16, measured static (not told apart from dwell-16)"
+    )
