@@ -184,8 +184,7 @@ def winner_agrees(check: dict) -> bool:
 
 def winner_text(multiplier: int, check: dict) -> str:
     text = (
-        f"{multiplier}x: predicted {check['predicted_winner']}, "
-        f"measured {check['measured_winner']}"
+        f"{multiplier}x: predicted {check['predicted_winner']}, measured {check['measured_winner']}"
     )
     if check.get("told_apart") is False:
         text += f" (not told apart from {check['runner_up']})"

@@ -97,7 +97,7 @@ CLAIMS = [
         "equation (1) picks the measured winner at 10x and 50x",
         "§1; §3.1",
         "agrees at both",
-        "same run",
+        "same run; the runner-up counts when not told apart",
         check.cost_model_winner,
     ),
     Claim(
