@@ -6,8 +6,8 @@ victim it is predicted back sooner than; the rest computed on the host). The hos
 holds H experts under its own rule, serves each token's device misses as one request and
 reads from disk what it lacks. Causal only: the prediction is recency, and neither rule may
 read the future (a decode does not know it; farthest-future would need a recorded trace).
-The replay counts the same schedule from recorded demand (replay/tiers.py); the harness may
-not import it, so tests/test_tiers_harness.py checks both count the same.
+Admission is decided by policies/admission.py, as in the replay of the same schedule from
+recorded demand (replay/tiers.py); tests/test_tiers_harness.py checks both count the same.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ import numpy as np
 from moecache import policies
 from moecache.errors import MoecacheError
 from moecache.policies import EvictionPolicy
-from moecache.policies.pools import NONE, OUTSIDE, Pools, StepPlan
+from moecache.policies.admission import ADMISSIONS, Recency, admitted
+from moecache.policies.pools import OUTSIDE, Pools
 from moecache.records import counting
-
-ADMISSIONS = ("always", "bypass")
 
 
 class Moves(NamedTuple):
@@ -59,7 +58,7 @@ class DeviceTier:
     def reset(self) -> None:
         self.policy.reset(None, streams=1)
         self.pools = Pools(1, self.policy.num_experts, self.policy.capacity)
-        self.last_use = np.full(self.policy.num_experts, -1, dtype=np.int64)  # -1: never
+        self.recency = Recency(self.policy.num_experts)
         self.been_full = False
 
     def fill(self) -> None:
@@ -70,40 +69,20 @@ class DeviceTier:
     def decide(self, t: int, request: list[int]) -> tuple[list, list, list, bool]:
         """(copied, computed, evicted, whether the pool had been full before token t)."""
         at = np.asarray(request, dtype=np.int64)[None]
-        absent = self.pools.base[0, at[0]] >= OUTSIDE
-        misses = at[0][absent]
+        misses = at[0][self.pools.base[0, at[0]] >= OUTSIDE]
         if self.bypass:
-            plan = self.admit_sooner(t, at, misses)
+            plan = admitted(self.policy, t, at, None, self.pools, misses, self.recency)
         else:
             plan = self.policy.step(t, at, None, self.pools)
-        self.last_use[at[0]] = t
+        self.recency.learn(t, at[0])
         full_before = self.been_full
         self.pools.apply(1, plan)
         count = self.pools.count[0]
         self.been_full = bool(counting.has_been_full(full_before, count, self.policy.capacity))
-        copied = at[plan.miss].tolist()
-        computed = [e for e in misses.tolist() if e not in set(copied)]
+        taken = set(plan.at[plan.miss].tolist())
+        copied = [e for e in at[0].tolist() if e in taken]  # in request order, as decoded
+        computed = [e for e in misses.tolist() if e not in taken]
         return copied, computed, np.asarray(plan.victims).tolist(), full_before
-
-    def admit_sooner(self, t: int, at: np.ndarray, misses: np.ndarray) -> StepPlan:
-        """Bypass: misses most recently used first take the free slots; each further one
-        takes the rule's next victim only if used more recently than it (a never-used
-        expert displaces no one); the first refusal sends it and the rest to the host."""
-        recency = self.last_use  # higher: predicted back sooner
-        ranked = sorted(misses.tolist(), key=lambda e: -recency[e])
-        free = self.policy.capacity - int(self.pools.count[0])
-        waiting, victims = ranked[free:], []
-        if waiting:
-            order = self.policy.eviction_order(t, slice(0, 1), at, None, self.pools, len(waiting))
-            for e, victim in zip(waiting, order[0].tolist(), strict=False):
-                if not recency[e] > recency[victim]:
-                    break
-                victims.append(victim)
-        self.policy.learn(t, slice(0, 1), at, None)
-        taken = set(ranked[: free + len(victims)])
-        miss = np.array([[e in taken for e in at[0].tolist()]])
-        kept = np.asarray(victims, dtype=np.int64) if victims else NONE
-        return StepPlan(at, miss, np.array([len(taken)]), kept)
 
 
 class HostTier:

@@ -12,8 +12,7 @@ Per token, as in the harness, the token's k experts are needed together:
   predicted next use is sooner than the victim's; otherwise the token computes it on the
   host (a host compute). The prediction is the true next use for a rule that reads the
   future (farthest-future: the oracle rule; within its foresight when it has one), else
-  recency (the more recently used is
-  predicted to come back sooner: a never-used expert displaces no one).
+  recency (policies/admission.py, which the tiered harness decides with too).
 
 Every device miss, copied or computed, needs the expert in host memory: the host tier sees
 the device's misses, one group per token that has any, and reads from disk what it lacks
@@ -30,14 +29,13 @@ import numpy as np
 
 from moecache.errors import MoecacheError
 from moecache.policies import EventPolicy, EvictionPolicy
-from moecache.policies.farthest_future import next_requests
-from moecache.policies.pools import NONE, OUTSIDE, Pools, StepPlan
+from moecache.policies.admission import ADMISSIONS, Recency, TrueNextUse, admitted
+from moecache.policies.pools import OUTSIDE, Pools
 from moecache.records import counting
 from moecache.records.batch import future
 from moecache.records.demand import PAD, Demand
 from moecache.replay import engine
 
-ADMISSIONS = ("always", "bypass")
 COUNTS = ("copies", "steady", "reads", "computes")
 
 
@@ -122,9 +120,9 @@ def device_stream(policy: EvictionPolicy, requests, probs, bypass: bool):
     policy.reset(requests[None] if policy.needs_future else None, streams=1)
     pools = Pools(1, policy.num_experts, policy.capacity)
     if policy.needs_future:
-        predict = NextUse(requests, policy.num_experts, getattr(policy, "foresight", None))
+        predict = TrueNextUse(requests, policy.num_experts, getattr(policy, "foresight", None))
     else:
-        predict = Recency(requests, policy.num_experts)
+        predict = Recency(policy.num_experts)
     copies = np.zeros(len(requests), dtype=np.int64)
     full = np.zeros(len(requests), dtype=bool)
     been_full, misses = False, []
@@ -144,66 +142,6 @@ def device_stream(policy: EvictionPolicy, requests, probs, bypass: bool):
         misses.append(missing)
         held[t] = pools.resident[0]
     return copies, full, misses, held
-
-
-def admitted(policy, t, at, probs, pools, missing, predict) -> StepPlan:
-    """Token t's bypass step: misses soonest-predicted first take the free slots, then each
-    displaces the next victim of the rule's order only if predicted sooner than it; the
-    rest are computed on the host. The rule learns from every requested expert."""
-    missing = missing[np.argsort(predict.requested(t, missing), kind="stable")]
-    free = policy.capacity - int(pools.count[0])
-    rest = missing[free:]
-    victims = NONE
-    if len(rest):
-        order = policy.eviction_order(t, slice(0, 1), at, probs, pools, len(rest))[0]
-        sooner = predict.requested(t, rest) < predict.resident(t, order)
-        taken = len(sooner) if sooner.all() else int(np.argmin(sooner))  # first refusal ends
-        victims = order[:taken]
-    policy.learn(t, slice(0, 1), at, probs)
-    admit = missing[: free + len(victims)]
-    every = np.ones((1, len(admit)), dtype=bool)
-    return StepPlan(admit[None], every, np.array([len(admit)]), victims)
-
-
-class NextUse:
-    """The oracle's prediction: each expert's true next use (lower is sooner), seen only
-    within the rule's foresight when it has one (beyond it: never)."""
-
-    def __init__(self, requests, num_experts: int, foresight: int | None = None):
-        self.after, ahead, self.never = next_requests(requests[None], num_experts)
-        self.ahead, self.requests, self.foresight = ahead[0], requests, foresight
-
-    def seen(self, t: int, ahead: np.ndarray) -> np.ndarray:
-        if self.foresight is None:
-            return ahead
-        return np.where(ahead - t > self.foresight, self.never, ahead)
-
-    def requested(self, t: int, experts) -> np.ndarray:
-        """Next use after t of experts token t requests."""
-        at = (self.requests[t][None, :] == np.asarray(experts)[:, None]).argmax(axis=1)
-        return self.seen(t, self.after[t, 0][at])
-
-    def resident(self, t: int, experts) -> np.ndarray:
-        return self.seen(t, self.ahead[experts])
-
-    def learn(self, t: int, request) -> None:
-        self.ahead[request] = self.after[t, 0]
-
-
-class Recency:
-    """A causal prediction: the more recently used comes back sooner (lower is sooner)."""
-
-    def __init__(self, requests, num_experts: int):
-        self.last = np.full(num_experts, -1, dtype=np.int64)  # -1: never used
-
-    def requested(self, t: int, experts) -> np.ndarray:
-        return -self.last[experts]
-
-    def resident(self, t: int, experts) -> np.ndarray:
-        return -self.last[experts]
-
-    def learn(self, t: int, request) -> None:
-        self.last[request] = t
 
 
 def host_stream(policy: EvictionPolicy, misses: list[np.ndarray], top_k: int):
