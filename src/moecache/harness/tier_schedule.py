@@ -19,8 +19,8 @@ import numpy as np
 from moecache import policies
 from moecache.errors import MoecacheError
 from moecache.policies import EvictionPolicy
-from moecache.policies.admission import ADMISSIONS, Recency, admitted
-from moecache.policies.pools import OUTSIDE, Pools
+from moecache.policies.admission import ADMISSIONS, Recency, device_step
+from moecache.policies.pools import Pools
 from moecache.records import counting
 
 
@@ -69,12 +69,7 @@ class DeviceTier:
     def decide(self, t: int, request: list[int]) -> tuple[list, list, list, bool]:
         """(copied, computed, evicted, whether the pool had been full before token t)."""
         at = np.asarray(request, dtype=np.int64)[None]
-        misses = at[0][self.pools.base[0, at[0]] >= OUTSIDE]
-        if self.bypass:
-            plan = admitted(self.policy, t, at, None, self.pools, misses, self.recency)
-        else:
-            plan = self.policy.step(t, at, None, self.pools)
-        self.recency.learn(t, at[0])
+        plan, misses = device_step(self.policy, t, at, None, self.pools, self.bypass, self.recency)
         full_before = self.been_full
         self.pools.apply(1, plan)
         count = self.pools.count[0]

@@ -15,9 +15,24 @@ import numpy as np
 
 from moecache.policies.eviction import EvictionPolicy
 from moecache.policies.farthest_future import next_requests
-from moecache.policies.pools import NONE, Pools, StepPlan
+from moecache.policies.pools import NONE, OUTSIDE, Pools, StepPlan
 
 ADMISSIONS = ("always", "bypass")
+
+
+def device_step(
+    policy: EvictionPolicy, t: int, at, probs, pools: Pools, bypass: bool, predict
+) -> tuple[StepPlan, np.ndarray]:
+    """Token t on one stream's device (`at` [1, k] its request): the plan, always or bypass,
+    and the requested experts that were missing (copied or computed: the host must hold
+    them); the prediction learns the request after."""
+    missing = at[0][pools.base[0, at[0]] >= OUTSIDE]
+    if bypass:
+        plan = admitted(policy, t, at, probs, pools, missing, predict)
+    else:
+        plan = policy.step(t, at, probs, pools)
+    predict.learn(t, at[0])
+    return plan, missing
 
 
 def admitted(policy: EvictionPolicy, t: int, at, probs, pools: Pools, missing, predict) -> StepPlan:

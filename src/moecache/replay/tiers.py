@@ -29,8 +29,8 @@ import numpy as np
 
 from moecache.errors import MoecacheError
 from moecache.policies import EventPolicy, EvictionPolicy
-from moecache.policies.admission import ADMISSIONS, Recency, TrueNextUse, admitted
-from moecache.policies.pools import OUTSIDE, Pools
+from moecache.policies.admission import ADMISSIONS, Recency, TrueNextUse, device_step
+from moecache.policies.pools import Pools
 from moecache.records import counting
 from moecache.records.batch import future
 from moecache.records.demand import PAD, Demand
@@ -129,13 +129,7 @@ def device_stream(policy: EvictionPolicy, requests, probs, bypass: bool):
     held = np.zeros((len(requests), policy.num_experts), dtype=bool)
     for t, request in enumerate(requests):
         row = None if probs is None or not policy.needs_probs else probs[t][None]
-        at = request[None]
-        missing = request[pools.base.take(request) >= OUTSIDE]
-        if bypass:
-            step = admitted(policy, t, at, row, pools, missing, predict)
-        else:
-            step = policy.step(t, at, row, pools)
-        predict.learn(t, request)
+        step, missing = device_step(policy, t, request[None], row, pools, bypass, predict)
         full[t], copies[t] = been_full, step.copies[0]
         pools.apply(1, step)
         been_full = bool(counting.has_been_full(been_full, pools.count[0], policy.capacity))
