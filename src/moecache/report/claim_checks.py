@@ -179,14 +179,14 @@ def winner_agrees(check: dict) -> bool:
     predicted = check["predicted_winner"]
     if predicted == check["measured_winner"]:
         return True
-    return predicted == check.get("runner_up") and check.get("told_apart") is False
+    return predicted == check["runner_up"] and not check["told_apart"]
 
 
 def winner_text(multiplier: int, check: dict) -> str:
     text = (
         f"{multiplier}x: predicted {check['predicted_winner']}, measured {check['measured_winner']}"
     )
-    if check.get("told_apart") is False:
+    if not check["told_apart"]:
         text += f" (not told apart from {check['runner_up']})"
     return text
 
