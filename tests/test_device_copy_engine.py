@@ -3,8 +3,8 @@ streams and events replaced by stand-ins that log what is queued where and time 
 host clock, the copies themselves real and synchronous. What this checks: the order of what
 the engine queues on each stream (the copy after the compute queued before it, the slower
 link's ring after the copy, the ticket's events around both; the compute waiting on the
-ticket's end between two timing events), and an overlapped decode through it keeping the
-blocking run's NLL and copies. What it cannot: that CUDA runs the copy stream beside the
+ticket's end between two timing events), and an overlapped decode through it, in the CUDA
+path's rehearsal (gpu.py), keeping the blocking run's NLL and copies. What it cannot: that CUDA runs the copy stream beside the
 compute, the events' device times, pinned non-blocking copies (`make gpu-check` does)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 import pytest
 import torch
 
+from moecache import gpu
 from moecache.harness import copy_engine, paper_check
 
 
@@ -93,16 +94,15 @@ def test_a_copy_is_queued_after_the_compute_and_waited_for_between_two_events(fa
     assert link.repeats[-1] == (0, "copy")
 
 
-def test_an_overlapped_decode_through_the_device_engine_keeps_the_blocking_run(
-    fake_cuda, monkeypatch
-):
-    """The OLMoE's timed runs decoded on the CPU with every overlapped arm's copies through
-    DeviceCopyEngine (synchronous stand-in streams): the decode's own check that lossless
-    runs keep the model's NLL passes, and the copies are the blocking run's."""
-    engines = []
+def test_an_overlapped_decode_through_the_device_engine_keeps_the_blocking_run(monkeypatch):
+    """The OLMoE's timed runs decoded on the CPU in the CUDA path's rehearsal (gpu.py), every
+    overlapped arm's copies through DeviceCopyEngine on stand-in streams: the decode's own
+    check that lossless runs keep the model's NLL passes, and the copies are the blocking
+    run's."""
+    engines, make = [], copy_engine.make
 
     def device_engine(device, multiplier, link):
-        engines.append(copy_engine.DeviceCopyEngine(torch.device(device), multiplier, link))
+        engines.append(make(device, multiplier, link))
         return engines[-1]
 
     monkeypatch.setattr(copy_engine, "make", device_engine)
@@ -116,9 +116,10 @@ def test_an_overlapped_decode_through_the_device_engine_keeps_the_blocking_run(
     }
     model = dataclasses.replace(paper_check.PAPER_MODELS["olmoe"], vocab=128, shrink=shrink)
     pace = {"sequences": 2, "tokens": 8, "warmup_tokens": 1, "repeats": 1}
-    report = paper_check.measure("olmoe", model, "cpu", pace, 0, lambda line: None)
+    with gpu.rehearse():
+        report = paper_check.measure("olmoe", model, "cpu", pace, 0, lambda line: None)
     assert engines and {e.multiplier for e in engines} == {1, paper_check.SLOW_MULTIPLIER}
-    assert any(kind == "record" for e in engines for kind, _ in e.stream.log)
+    assert all(isinstance(e, copy_engine.DeviceCopyEngine) for e in engines)
     rows = report["overlap"]["1"]
     assert rows["lru-overlap"]["copies_per_token"] == rows["lru"]["copies_per_token"]
     assert rows["lru-overlap"]["stall_ms"] >= 0

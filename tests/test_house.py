@@ -13,6 +13,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "moecache"
 FLOORS = {
     "moecache": 0,  # the package's own __init__ (a docstring and the version)
     "errors": 0,
+    "gpu": 1,  # the CUDA calls and their rehearsal on a CPU
     "atomic": 1,
     "intervals": 1,
     "runs": 1,

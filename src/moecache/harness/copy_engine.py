@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 import torch
 
+from moecache import gpu
 from moecache.errors import MoecacheError
 from moecache.harness.link import SlowLink
 from moecache.harness.timing import Lap
@@ -131,10 +132,9 @@ class HostCopyEngine:
 class DeviceTicket:
     """One expert's copy on the copy stream, between two timing events."""
 
-    def __init__(self, expert: int):
+    def __init__(self, expert: int, device):
         self.expert = expert
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
+        self.start, self.end = gpu.event(device), gpu.event(device)
 
     def seconds(self) -> float:
         return Lap(self.start, self.end).seconds()
@@ -143,15 +143,15 @@ class DeviceTicket:
 class DeviceCopyEngine:
     def __init__(self, device: torch.device, multiplier: int, link: SlowLink):
         self.device, self.multiplier, self.link = device, multiplier, link
-        self.stream = torch.cuda.Stream(device)
+        self.stream = gpu.new_stream(device)
 
     def submit(self, expert: int, copy: Callable[[], None]) -> DeviceTicket:
-        compute = torch.cuda.current_stream(self.device)
+        compute = gpu.current_stream(self.device)
         # The slot may still be read by compute queued before this copy: wait for it.
-        queued = torch.cuda.Event()
+        queued = gpu.event(self.device, timing=False)
         queued.record(compute)
-        ticket = DeviceTicket(expert)
-        with torch.cuda.stream(self.stream):
+        ticket = DeviceTicket(expert, self.device)
+        with gpu.on_stream(self.stream):
             self.stream.wait_event(queued)
             ticket.start.record(self.stream)
             copy()
@@ -164,9 +164,8 @@ class DeviceCopyEngine:
 
     def wait(self, ticket: DeviceTicket) -> Lap:
         """The compute stream waits for the copy; the lap times that wait (read later)."""
-        compute = torch.cuda.current_stream(self.device)
-        before = torch.cuda.Event(enable_timing=True)
-        after = torch.cuda.Event(enable_timing=True)
+        compute = gpu.current_stream(self.device)
+        before, after = gpu.event(self.device), gpu.event(self.device)
         before.record(compute)
         compute.wait_event(ticket.end)
         after.record(compute)
@@ -176,6 +175,6 @@ class DeviceCopyEngine:
 def make(device, multiplier: int, link: SlowLink):
     """The copy engine for `device`: a copy stream on CUDA, a copy worker on a CPU."""
     device = torch.device(device)
-    if device.type == "cuda":
+    if gpu.cuda_path(device):
         return DeviceCopyEngine(device, multiplier, link)
     return HostCopyEngine(multiplier)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from moecache import policies
+from moecache import gpu, policies
 from moecache.errors import MoecacheError
 from moecache.harness import overlap, placement
 from moecache.harness.link import SlowLink
@@ -101,7 +101,7 @@ class Offload:
             "slot_bytes": sum(host.slot_bytes for host in self.hosts.values()),
             "link_ring_bytes": self.link.nbytes,
         }
-        if device.type == "cuda":
+        if gpu.is_cuda(device):
             report["cuda_memory_allocated_bytes"] = torch.cuda.memory_allocated(device)
         return report
 
@@ -156,7 +156,7 @@ def offloaded(
                 some.first_expert(),
                 device,
                 ring_mib,
-                device.type == "cuda",
+                gpu.cuda_path(device),
                 slots or capacity * len(layers),
                 kind,
             )

@@ -73,7 +73,9 @@ def run(model, sequences, harness: dict, seed: int = 0, left_out: str | None = N
                 seed,
                 lockstep=lockstep,
             )
-    del arms, off  # the slots given back before the batched evaluation stages a layer
+    # Every reference to the arms' pools (the last pass's list too) dropped, so that the
+    # slots are given back before the whole-sequence evaluation stages a layer beside them.
+    del arms, arms_now, off
     gc.collect()
     base = results["base"]
     report = {

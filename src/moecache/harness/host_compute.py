@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import torch
 
+from moecache import gpu
 from moecache.harness.pool import slot_experts
 from moecache.model.kernel import expert
 
@@ -34,9 +35,8 @@ class Clock:
     """Seconds on the monotonic clock, waiting for a CUDA device's queued work first."""
 
     def __init__(self, device: torch.device):
-        self.cuda = torch.device(device).type == "cuda"
+        self.device = device
 
     def now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
+        gpu.synchronize(self.device)
         return time.perf_counter()

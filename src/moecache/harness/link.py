@@ -37,6 +37,7 @@ import time
 
 import torch
 
+from moecache import gpu
 from moecache.config import run_multipliers
 from moecache.model.memory import DEVICE, HOST, HOST_CLOCK, LEDGER, ring_blocks, slow_link_kind
 
@@ -77,13 +78,15 @@ class SlowLink:
         (in the arms' untimed warm-up), so that a job that runs at 1x alone holds none;
         counted by the accountant."""
 
-        def ring(like, where, count, what, pinned=False):
-            block = torch.empty((count, *like.shape), dtype=like.dtype, pin_memory=pinned)
-            block = block.fill_(1).to(where)
-            return LEDGER.adopt(what, HOST if where == "cpu" else DEVICE, block)
+        def ring(like, side, count, pinned=False):
+            block = torch.empty((count, *like.shape), dtype=like.dtype)
+            block = (gpu.pin(block) if pinned else block).fill_(1)
+            # In a rehearsal on a CPU the device ring is a host tensor, counted as the device's.
+            block = block if side == HOST else block.to(self.where)
+            return LEDGER.adopt("link ring", side, block)
 
-        self.host = [ring(w, "cpu", self.host_blocks, "link ring", self.pin) for w in self.expert]
-        self.device = [ring(w, self.where, self.device_blocks, "link ring") for w in self.expert]
+        self.host = [ring(w, HOST, self.host_blocks, self.pin) for w in self.expert]
+        self.device = [ring(w, DEVICE, self.device_blocks) for w in self.expert]
         self.nbytes = self.device_blocks * self.expert_bytes
         self.host_bytes = self.host_blocks * self.expert_bytes
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from moecache import gpu
 from moecache.harness.timing import Stopwatch
 from moecache.model import registry
 from moecache.model.memory import DEVICE, HOST, LEDGER
@@ -64,7 +65,7 @@ class Staging:
 
 
 def host_memory_is_device(device) -> bool:
-    return torch.device(device).type == "cpu"
+    return not gpu.cuda_path(device)
 
 
 def offload_experts(model, layers, device, stage=None) -> None:
@@ -73,7 +74,7 @@ def offload_experts(model, layers, device, stage=None) -> None:
     `stage`: stage an own block's experts onto the device (default: wherever the host
     memory is not the device's; tests force it on a CPU)."""
     adapter, device = registry.of(model), torch.device(device)
-    pin = device.type == "cuda"
+    pin = gpu.cuda_path(device)
     stage = not host_memory_is_device(device) if stage is None else stage
     for layer in layers:
         experts = adapter.layer_experts(model, layer)
@@ -82,8 +83,8 @@ def offload_experts(model, layers, device, stage=None) -> None:
         host = {}
         for name, weight in list(experts.named_parameters(recurse=False)):
             tensor = weight.detach().to("cpu").contiguous()
-            if pin and not tensor.is_pinned():
-                tensor = tensor.pin_memory()
+            if pin:
+                tensor = gpu.pin(tensor)
             host[name] = LEDGER.adopt("experts", HOST, nn.Parameter(tensor, requires_grad=False))
             experts._parameters[name] = host[name]  # the original is freed here
         experts._moecache_host = host

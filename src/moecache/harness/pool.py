@@ -18,6 +18,7 @@ import time
 import torch
 from torch import nn
 
+from moecache import gpu
 from moecache.harness.link import SlowLink
 from moecache.harness.timing import Lap, Stopwatch
 from moecache.model.memory import DEVICE, HOST, LEDGER
@@ -31,7 +32,7 @@ class HostExperts:
         [N, ...] over the expert axis (gate_up_proj and down_proj; GPT-OSS adds their
         biases); its weights are read here, the caller moves them off the device."""
         self.device = torch.device(device)
-        self.pinned = self.device.type == "cuda"
+        self.pinned = gpu.cuda_path(self.device)
         self.experts = experts
         self.host: dict[str, torch.Tensor] = {}  # parameter name -> [N, ...] in host memory
         for name, weight in experts.named_parameters(recurse=False):
@@ -39,7 +40,7 @@ class HostExperts:
             # a module still on the device is copied out once, counted by the accountant.
             host = weight.detach().to("cpu").contiguous()
             if self.pinned and not host.is_pinned():
-                host = LEDGER.adopt("experts", HOST, host.pin_memory())
+                host = LEDGER.adopt("experts", HOST, gpu.pin(host.clone()))
             self.host[name] = host
         self.num_experts = len(next(iter(self.host.values())))
         self.expert_bytes = sum(h[0].numel() * h.element_size() for h in self.host.values())
@@ -146,10 +147,23 @@ def slot_experts(host: HostExperts, capacity: int) -> nn.Module:
     """The model's own experts module over the first `capacity` device slots: the same
     object's class, config and flags, hence the same configured kernel, with slot ids in
     place of expert ids."""
-    kernel = copy.copy(host.experts)  # shares the original's submodules (its activation)
+    kernel = unhooked_copy(host.experts)  # shares the original's submodules (its activation)
     kernel._parameters = {
         name: nn.Parameter(slots[:capacity], requires_grad=False)
         for name, slots in host.slots.items()
     }
     kernel.num_experts = capacity
+    return kernel
+
+
+def unhooked_copy(module: nn.Module) -> nn.Module:
+    """A shallow copy of `module` that keeps none of its hooks: the model's own experts
+    module carries the staging hooks (placement.py) that put the whole layer's N experts in
+    place of its parameters while it runs; a kernel over C slots that kept them would compute
+    on the staged layer with slot ids (wrong outputs, or a shape error in grouped_mm)."""
+    kernel = copy.copy(module)
+    for name, value in module.__dict__.items():
+        if name.endswith("_hooks") or "_hooks_" in name:  # every hook registry nn.Module keeps
+            kernel.__dict__[name] = type(value)()
+    kernel.__dict__.pop("_moecache_host", None)
     return kernel

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from moecache import gpu
 from moecache.harness.pool import ExpertPool
 from moecache.harness.timing import Stopwatch
 from moecache.model.adapter import allowed_mask
@@ -60,7 +61,7 @@ class PooledMoeBlock(nn.Module):
             decided = self.policy.decide(x)
             lap = self.watch.lap()
         n, k = self.num_experts, self.top_k
-        if x.device.type == "cpu":  # already on the host: no copy to make
+        if not gpu.cuda_path(x.device):  # already on the host: no copy to make
             requests = top_index.tolist()
             # Probabilities now only for a policy that reads them; for the others the trace
             # keeps the logits, and steps() takes their softmax once decoding is over.
@@ -168,10 +169,10 @@ class Sender:
     `host_ids`: the kernel reads the slot ids on the host, so they stay there."""
 
     def __init__(self, top_k: int, device: torch.device, host_ids: bool = False):
-        self.device, self.cuda, self.host_ids = device, device.type == "cuda", host_ids
+        self.device, self.cuda, self.host_ids = device, gpu.cuda_path(device), host_ids
         if self.cuda:
-            self.slots_host = torch.empty((1, top_k), dtype=torch.int64).pin_memory()
-            self.weights_host = torch.empty((1, top_k), dtype=torch.float32).pin_memory()
+            self.slots_host = gpu.empty_pinned((1, top_k), torch.int64)
+            self.weights_host = gpu.empty_pinned((1, top_k), torch.float32)
 
     def __call__(self, slots: list[int], weights: np.ndarray | None = None, dtype=None):
         # Slot ids the kernel reads on the host stay a list, [[slot, ...]] for one token.

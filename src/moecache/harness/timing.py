@@ -1,4 +1,5 @@
-"""Real timers: CUDA events on a GPU, the monotonic clock on a CPU."""
+"""Real timers: CUDA events on a GPU (stand-ins in a rehearsal: gpu.py), the monotonic clock
+on a CPU."""
 
 from __future__ import annotations
 
@@ -6,18 +7,20 @@ import time
 
 import torch
 
+from moecache import gpu
+
 
 class Stopwatch:
     """Times a span of work on `device`; `stop()` returns seconds and waits for the device."""
 
     def __init__(self, device: torch.device | str):
         self.device = torch.device(device)
-        self.cuda = self.device.type == "cuda"
+        self.cuda = gpu.cuda_path(self.device)
 
     def start(self) -> Stopwatch:
         if self.cuda:
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._start.record(torch.cuda.current_stream(self.device))
+            self._start = gpu.event(self.device)
+            self._start.record(gpu.current_stream(self.device))
         else:
             self._t0 = time.perf_counter()
         return self
@@ -29,8 +32,8 @@ class Stopwatch:
         """End the span without waiting: read `seconds()` once the device has passed it
         (the harness reads its copy timers after the token's own timer has waited)."""
         if self.cuda:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record(torch.cuda.current_stream(self.device))
+            end = gpu.event(self.device)
+            end.record(gpu.current_stream(self.device))
             return Lap(start=self._start, end=end)
         return Lap(seconds_=time.perf_counter() - self._t0)
 

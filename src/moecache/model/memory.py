@@ -16,6 +16,7 @@ import weakref
 
 import torch
 
+from moecache import gpu
 from moecache.errors import MoecacheError
 
 DEVICE, HOST = "device", "host"
@@ -98,8 +99,8 @@ def slow_link_kind(kind: str, device) -> str:
     if kind not in LINK_KINDS:
         raise MoecacheError(f"harness.slow_link: {kind!r} is not one of {', '.join(LINK_KINDS)}")
     if kind == "auto":
-        return "ring" if device.type == "cuda" else "charge"
-    if kind in HOST_CLOCK and device.type == "cuda":
+        return "ring" if gpu.cuda_path(device) else "charge"
+    if kind in HOST_CLOCK and gpu.cuda_path(device):
         raise MoecacheError(
             f"harness.slow_link: {kind} times each copy on the host clock, but CUDA copies "
             "are queued asynchronously: use ring (or auto) on a GPU"

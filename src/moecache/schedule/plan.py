@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from moecache import config as configs
+from moecache import gpu
 from moecache.model import checkpoint, memory, registry, tiny
 from moecache.schedule import runs
 
@@ -105,7 +106,7 @@ def job_peaks(settings: dict, report: dict, shard: str) -> dict:
     link's rings once a scaled run repeats a copy)."""
     harness = settings["harness"]
     layers, n = len(report["offloaded_layers"]), report["num_experts"]
-    expert, cuda = report["expert_bytes"], torch.device(harness["device"]).type == "cuda"
+    expert, cuda = report["expert_bytes"], gpu.cuda_path(harness["device"])
     staged = n if cuda else 0  # on a CPU the own block reads the host copy in place
     ring, host_ring = ring_bytes(harness, expert, layers)
 
