@@ -23,7 +23,7 @@ import torch
 from safetensors import safe_open
 
 from moecache.errors import MoecacheError
-from moecache.harness import decode, gates
+from moecache.harness import decode, gates, placement
 from moecache.model import checkpoint, quantized, registry, tiny, tiny_quantized
 from moecache.schedule import plan
 
@@ -309,3 +309,17 @@ def test_fp8_blocks_at_the_far_edges_may_be_partial():
     scale_inv = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     out = quantized.fp8(weight, scale_inv, (128, 128), torch.float32)
     assert (out[0, 0], out[127, 128], out[128, 127], out[199, 129]) == (1.0, 2.0, 3.0, 4.0)
+
+
+def test_the_gates_pass_on_the_cuda_path_for_the_stored_kernels(saved):
+    """The stored formats' kernel (dequantized one expert at a time) on the CUDA path,
+    rehearsed on the CPU (gpu.py): the own block's experts staged, pinned pools, the gates
+    at C < N against the model's own NLL."""
+    from moecache import gpu
+
+    family, folder = saved
+    with gpu.rehearse():
+        model = load(family, folder)
+        report = gates.run(model, sequences(), HARNESS)
+        assert placement.staging_of(model) is not None
+    assert gates.failures(report) == []

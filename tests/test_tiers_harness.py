@@ -261,3 +261,18 @@ def test_the_measured_lines_price_the_device_side_by_a_committed_gpu_check():
     assert "costs 10.0 copies" in tiers_measured.gpu_lines(priced)[0]
     none = {"committed": False, "note": "no GPU check file is committed"}
     assert "not priced by a GPU" in tiers_measured.gpu_lines(none)[0]
+
+
+def test_the_tiers_decode_on_the_cuda_path_as_on_the_cpu(measured, tmp_path):
+    """The tiered harness rehearsed on the CUDA path (gpu.py): the same moves and NLL."""
+    from moecache import gpu
+
+    settings, cpu = measured
+    with gpu.rehearse():
+        cuda = tier_runs.measure(tiny_model(), sequences(), settings, tmp_path)
+    for arm, timed in cpu.timed.items():
+        assert cuda.timed[arm]["nll"] == pytest.approx(timed["nll"], abs=1e-6), arm
+        for key, stream in timed["streams"].items():
+            moves = {k: v for k, v in stream.items() if k != "times"}
+            theirs = cuda.timed[arm]["streams"][key]
+            assert {k: theirs[k] for k in moves} == moves, (arm, key)
