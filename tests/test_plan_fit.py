@@ -1,13 +1,15 @@
-"""`moecache plan --gpu-gib G`: the largest C with every MoE layer offloaded fits and C + 1
-does not (by plan.plan, the jobs' own sizes), rho comes from a replayed trace or the
-embedded trace's published share, tau from a measured bandwidth file or a stated link, and
-bad input is one line with a non-zero exit and no output. docs/plan.md's table is what
+"""`moecache plan --gpu-gib G`: the largest C with every MoE layer offloaded fits G less the
+stated reserve (--reserve-gib) and C + 1 does not (by plan.plan, the jobs' own sizes), rho
+comes from a replayed trace or the embedded trace's published share, beside uniform
+routing's LRU copies, tau from a measured bandwidth file or a stated link, and bad input
+is one line with a non-zero exit and no output. docs/plan.md's table is what
 `moecache plan-table` prints."""
 
 from __future__ import annotations
 
 import copy
 import csv
+import itertools
 import json
 import re
 
@@ -19,7 +21,7 @@ from run_records import run_record, sequence_row
 from moecache import cli
 from moecache import config as configs
 from moecache.errors import MoecacheError
-from moecache.plan import fit
+from moecache.plan import RESERVE_GIB, fit
 from moecache.replay import convert
 from moecache.schedule import plan
 
@@ -77,7 +79,9 @@ def test_the_chosen_capacity_fits_and_one_more_does_not(qwen3):
     assert chosen["offloaded_layers"] == every
     c = chosen["capacity"]
     assert 8 <= c < 128
-    assert device_at(qwen3, c, every) <= 24 * GIB < device_at(qwen3, c + 1, every)
+    # Within the card less the default reserve.
+    left = (24 - RESERVE_GIB) * GIB
+    assert device_at(qwen3, c, every) <= left < device_at(qwen3, c + 1, every)
     assert fit.device_peak(found["next"]) == device_at(qwen3, c + 1, every)
     # The settings are left as they were: the config's own 24 layers at C = 64.
     assert qwen3["harness"]["capacity"] == 64 and len(qwen3["harness"]["restricted_layers"]) == 24
@@ -91,6 +95,25 @@ def test_a_gpu_that_holds_every_expert_picks_c_equal_n(qwen3):
 def test_too_small_a_gpu_is_one_line(qwen3):
     with pytest.raises(fit.TooSmall, match=r"^--gpu-gib 2: even C = top_k = 8 with all 48 MoE"):
         fit.largest_capacity(qwen3, 2)
+
+
+def test_the_reserve_is_kept_back_and_a_larger_one_never_picks_a_larger_c(qwen3):
+    """Each reserve's C: one run's peak fits G - R and C + 1's does not; C never grows with
+    R; the study's jobs on a card config keep the same reserve."""
+    every = list(range(48))
+    picked = []
+    for kept in (0, 0.5, 1, 2, 4):
+        found = fit.largest_capacity(qwen3, 24, reserve_gib=kept)
+        c = found["chosen"]["capacity"]
+        assert fit.device_peak(found["chosen"]) <= (24 - kept) * GIB
+        assert device_at(qwen3, c + 1, every) > (24 - kept) * GIB
+        picked.append(c)
+    assert picked == sorted(picked, reverse=True) and picked[0] > picked[-1]
+    card = configs.load(REPO / "config" / "cards" / "qwen3-30b-a3b-24gib.yaml")
+    jobs = fit.largest_capacity(card, 24, figure="jobs", reserve_gib=2)
+    assert fit.jobs_peak(jobs["chosen"]) <= 22 * GIB < fit.jobs_peak(jobs["next"])
+    with pytest.raises(MoecacheError, match=r"^--reserve-gib -1: must be at least 0$"):
+        fit.largest_capacity(qwen3, 24, reserve_gib=-1)
 
 
 def test_tau_scales_the_measured_loop_to_the_experts_bytes():
@@ -193,18 +216,29 @@ def main(capsys, *args) -> tuple[int, str, str]:
 
 
 def test_plan_gpu_gib_names_c_device_peak_and_ms_per_token():
-    """The installed command, as a user runs it: a stated link and no c, so a bound."""
+    """The installed command, as a user runs it: a stated link and no c, so a bound; no
+    trace, so LRU's rho is a range from the embedded model's share to uniform routing."""
     result = moecache("plan", "--configfile", str(QWEN3), "--gpu-gib", "24", "--link-gbs", "25")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
+    assert lines[0].endswith(
+        "top-8), keeping 1 GiB in reserve for the CUDA context and the allocator (--reserve-gib)"
+    )
     c = int(re.fullmatch(r"  C = (\d+) experts per layer \(one expert 9.00 MiB\)", lines[1])[1])
     assert re.fullmatch(rf"  device peak: \d+\.\d+ GiB \(C = {c + 1} would need .*\)", lines[2])
     assert lines[3] == "  host peak: 54.000 GiB (the offloaded experts, pinned)"
-    assert "the embedded trace's share" in lines[4] and "not this model's routing" in lines[4]
-    bound = r"  lru: rho = [\d.]+ copies/token, ms/token >= rho tau = [\d.]+ \(at most .*\)"
-    assert re.fullmatch(bound, lines[7])
+    assert lines[4].startswith(f"  rho: {fit.EMBEDDED_SAID} (the embedded trace's share")
+    uniform = fit.rho_uniform(c, 128, 8, 48)["per_token"]["lru"]
+    bound = (
+        r"  lru: rho between [\d.]+ \(embedded model, scaled\) and "
+        rf"{uniform:.3f} \(uniform routing\) copies/token, "
+        r"ms/token >= rho tau = [\d.]+ to [\d.]+ \(at most [\d.]+ to [\d.]+ tokens/s\)"
+    )
+    assert re.fullmatch(bound, lines[7]), lines[7]
+    assert lines[9].startswith("  uniform routing: each token's k = 8 experts drawn uniformly")
+    assert f"= {uniform:.3f} copies/token, " in lines[9]
     own = r"  the config's own study \(C = 64 on 24 layers, its jobs' peak\): [\d.]+ GiB, "
-    own += "does NOT fit"
+    own += "does NOT fit beside the 1 GiB reserve"
     assert re.fullmatch(own, lines[-1])
 
 
@@ -224,7 +258,8 @@ def test_json_with_a_replayed_trace_a_measured_link_and_a_stated_compute(tmp_pat
     assert answer == json.loads((tmp_path / "a.json").read_text())
     c = answer["capacity"]
     assert c == fit.largest_capacity(configs.load(QWEN3), 24)["chosen"]["capacity"]
-    assert answer["device_peak_bytes"] <= 24 * GIB < answer["next_device_peak_bytes"]
+    assert answer["device_peak_bytes"] <= 23 * GIB < answer["next_device_peak_bytes"]
+    assert answer["reserve_gib"] == RESERVE_GIB == 1
     assert answer["rho_source"].startswith(f"replayed: {tmp_path / 't.parquet'} (3 layers")
     expected = fit.rho_from_trace(tmp_path / "t.parquet", c, 128, 8, 48)["per_token"]
     lru = answer["predicted"]["lru"]
@@ -297,7 +332,7 @@ def test_a_checkpoint_folder_offloads_its_moe_layers_only(tmp_path):
     settings["corpus"]["heldout"]["max_tokens"] = 16
     at = {c: fit.sized(settings, c, [1, 2], folder) for c in (10, 11)}
     budget = fit.device_peak(at[10]) / GIB
-    found = fit.answer(settings, budget, source=folder)
+    found = fit.answer(settings, budget, source=folder, reserve_gib=0)  # a toy card
     assert found["offloaded_layers"] == [1, 2] and found["capacity"] == 10
     assert found["next_device_peak_bytes"] == fit.device_peak(at[11])
     step = fit.device_peak(at[11]) - fit.device_peak(at[10])
@@ -308,3 +343,105 @@ def test_a_checkpoint_folder_offloads_its_moe_layers_only(tmp_path):
 def test_without_the_published_replay_rho_asks_for_a_trace(tmp_path):
     with pytest.raises(MoecacheError, match="the published replay is not here.*give --trace"):
         fit.embedded_shares(tmp_path / "table.csv")
+
+
+def test_the_reserve_is_stated_and_a_negative_one_refused(tmp_path, capsys):
+    args = ("plan", "--configfile", QWEN3, "--gpu-gib", 24, "--link-gbs", 25)
+    status, out, err = main(capsys, *args, "--reserve-gib", 2, "--json")
+    assert status == 0, err
+    answer = json.loads(out)
+    assert answer["reserve_gib"] == 2
+    assert answer["device_peak_bytes"] <= 22 * GIB < answer["next_device_peak_bytes"]
+    status, out, err = main(capsys, *args, "--reserve-gib", 0)
+    assert status == 0, err
+    assert "keeping nothing in reserve (--reserve-gib 0" in out.splitlines()[0]
+    status, out, err = main(capsys, *args, "--reserve-gib", -1)
+    assert (status, out, err) == (2, "", "moecache: error: --reserve-gib -1: must be at least 0\n")
+    cases = {
+        "--reserve-gib -1: must be at least 0": ("--gpu-gib", 24, "--reserve-gib", -1),
+        "--reserve-gib 24: leaves nothing of the 24 GiB": ("--gpu-gib", 24, "--reserve-gib", 24),
+        "--reserve-gib: give --gpu-gib": ("--reserve-gib", 1),
+    }
+    refused_in_one_line(capsys, tmp_path, cases)
+
+
+def lru_chain_copies(experts: int, top_k: int, capacity: int) -> float:
+    """LRU's copies per token in the steady state of uniform k-of-N routing, solved exactly
+    by brute force: every ordered pool (least recent first) a state, every k-subset a token
+    of equal chance, the token's experts made most recent and the least recent others
+    evicted; the chain's stationary distribution weighs each state's copies."""
+    states = list(itertools.permutations(range(experts), capacity))
+    index = {s: i for i, s in enumerate(states)}
+    tokens = list(itertools.combinations(range(experts), top_k))
+    move = np.zeros((len(states), len(states)))
+    copies = np.zeros(len(states))
+    for i, pool in enumerate(states):
+        for token in tokens:
+            missed = [e for e in token if e not in pool]
+            others = [e for e in pool if e not in token]
+            after = tuple(others[len(missed) :]) + token
+            move[i, index[after]] += 1 / len(tokens)
+            copies[i] += len(missed) / len(tokens)
+    values, vectors = np.linalg.eig(move.T)
+    stationary = np.real(vectors[:, np.argmin(abs(values - 1))])
+    return float(copies @ (stationary / stationary.sum()))
+
+
+def test_uniform_routing_is_k_times_one_less_c_over_n():
+    """The closed form against the LRU chain solved exactly, and the formula's parts."""
+    for experts, top_k, capacity in ((5, 2, 3), (6, 2, 2), (6, 3, 4)):
+        exact = lru_chain_copies(experts, top_k, capacity)
+        bound = fit.rho_uniform(capacity, experts, top_k, 1)
+        assert bound["per_layer"] == pytest.approx(exact, abs=1e-9)
+    twelve = fit.rho_uniform(47, 128, 8, 12)
+    assert twelve["per_token"]["lru"] == pytest.approx(8 * (1 - 47 / 128) * 12)
+    assert fit.rho_uniform(128, 128, 8, 48)["per_token"]["lru"] == 0
+
+
+def test_uniform_routing_is_what_the_replay_engine_counts(tmp_path):
+    """A seeded uniform trace (2 layers, 1,500 tokens, 4 of 16 experts) replayed with LRU
+    at C = 8: steady copies per timed token within 2% of k (1 - C/N), the fill aside."""
+    random_trace(tmp_path / "u.parquet", 16, 4, layers=2, sequences=1, tokens=1500, seed=7)
+    replayed = fit.rho_from_trace(tmp_path / "u.parquet", 8, 16, 4, layers=1)["per_token"]
+    assert replayed["lru"] == pytest.approx(fit.rho_uniform(8, 16, 4, 1)["per_layer"], rel=0.02)
+
+
+CARDS = sorted((REPO / "config" / "cards").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("card", CARDS, ids=lambda path: path.name)
+def test_uniform_routing_copies_at_least_the_embedded_share_on_each_card(card):
+    settings = configs.load(card)
+    shape = fit.sizes(settings)
+    c, n, k = settings["harness"]["capacity"], shape.num_experts, shape.num_experts_per_tok
+    layers = len(settings["harness"]["restricted_layers"])
+    embedded = fit.rho_embedded(c, n, k, layers)["per_token"]["lru"]
+    uniform = fit.rho_uniform(c, n, k, layers)["per_token"]["lru"]
+    assert 0 < embedded <= uniform
+
+
+def test_without_a_trace_json_carries_both_ends_of_the_range(capsys):
+    args = ("plan", "--configfile", QWEN3, "--gpu-gib", 24, "--link-gbs", 25, "--json")
+    status, out, err = main(capsys, *args, "--compute-ms", 12)
+    assert status == 0, err
+    answer = json.loads(out)
+    c = answer["capacity"]
+    assert answer["rho_from"] == "embedded"
+    assert answer["rho_source"].startswith(fit.EMBEDDED_SAID)
+    assert answer["rho_uniform"] == fit.rho_uniform(c, 128, 8, 48)
+    embedded, uniform = answer["predicted"]["lru"], answer["predicted_uniform"]["lru"]
+    assert uniform["rho"] == answer["rho_uniform"]["per_token"]["lru"] > embedded["rho"]
+    assert uniform["ms_per_token"] == pytest.approx(12 + uniform["rho"] * answer["tau"]["ms"])
+    assert uniform["ms_per_token"] > embedded["ms_per_token"]
+
+
+def test_with_a_trace_rho_is_not_scaled_from_the_embedded_model(tmp_path, capsys):
+    random_trace(tmp_path / "t.parquet")
+    args = ("plan", "--configfile", QWEN3, "--gpu-gib", 24, "--trace", tmp_path / "t.parquet")
+    status, out, err = main(capsys, *args)
+    assert status == 0, err
+    assert "embedded" not in out and "scaled by k" not in out and "uniform" not in out
+    assert re.search(r"^  lru: rho = [\d.]+ copies/token$", out, re.MULTILINE)
+    answer = replayed_json(capsys, tmp_path / "t.parquet")
+    assert answer["rho_from"] == "trace" and fit.EMBEDDED_SAID not in answer["rho_source"]
+    assert answer["rho_uniform"]["per_token"]["lru"] > 0  # the reference, in JSON only

@@ -8,6 +8,7 @@ from pathlib import Path
 from moecache.atomic import write_json
 from moecache.command import add, load_settings, with_settings
 from moecache.errors import MoecacheError
+from moecache.plan import RESERVE_GIB
 
 FIT_ONLY = (
     "host_gib",
@@ -18,6 +19,7 @@ FIT_ONLY = (
     "compute_from",
     "trace",
     "jobs",
+    "reserve_gib",
 )
 
 
@@ -66,23 +68,34 @@ def plan_fit(args, settings):
         trace=args.trace,
         figure="jobs" if args.jobs else "run",
         disk_gbs=args.disk_gbs,
+        reserve_gib=reserved(args),
     )
     print(json.dumps(answer, indent=1) if args.json else "\n".join(fit.lines(answer)))
     if args.out:
         write_json(args.out, answer)
 
 
+def reserved(args) -> float:
+    """--reserve-gib, else the stated default (moecache.plan.RESERVE_GIB), refused below 0."""
+    from moecache.plan import fit
+
+    given = RESERVE_GIB if args.reserve_gib is None else args.reserve_gib
+    fit.check_reserve(given)
+    return given
+
+
 def cmd_plan_table(args):
     from moecache.plan import fit
 
+    kept = reserved(args)
     if args.jobs:
         if args.bandwidth is not None:
             raise MoecacheError("--bandwidth: the --jobs table predicts no ms/token")
-        print(fit.cards_table(args.configfile, args.gpu_gib or ()))
+        print(fit.cards_table(args.configfile, args.gpu_gib or (), kept))
         return
     if not args.gpu_gib:
         raise MoecacheError("--gpu-gib: give the GPU sizes (or --jobs, each config's card)")
-    print(fit.table(args.configfile, args.gpu_gib, args.bandwidth))
+    print(fit.table(args.configfile, args.gpu_gib, args.bandwidth, kept))
 
 
 def cmd_train(args):
@@ -96,6 +109,16 @@ def cmd_train(args):
     print(
         f"trained {summary['parameters']:,} parameters on {summary['tokens_seen']:,} tokens; "
         f"final lm loss {last['lm_loss']:.3f}"
+    )
+
+
+def reserve_flag(p) -> None:
+    p.add_argument(
+        "--reserve-gib",
+        type=float,
+        help=f"GiB of the GPU kept back for the CUDA context, the allocator's fragmentation "
+        f"and activations, which the plan does not count; C fits the rest (default "
+        f"{RESERVE_GIB:g}, stated, not measured)",
     )
 
 
@@ -134,6 +157,7 @@ def register(sub) -> None:
         help="choose C by the study's jobs' device peak on a card of --gpu-gib (harness.device_gib "
         "set to it), not by one run's",
     )
+    reserve_flag(p)
     tau = p.add_mutually_exclusive_group()
     tau.add_argument("--bandwidth", type=Path, help="tau from a measured bandwidth file")
     tau.add_argument("--link-gbs", type=float, help="tau from a stated link, GiB/s")
@@ -164,6 +188,7 @@ def register(sub) -> None:
         help="the card configs' table: C chosen by the study's jobs, each config on its own "
         "harness.device_gib",
     )
+    reserve_flag(p)
 
     p = with_settings(add(sub, "train", cmd_train, "train the embedded tiny OLMoE"))
     p.add_argument("--tokenizer", required=True)

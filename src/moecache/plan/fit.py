@@ -13,11 +13,17 @@ configs of config/cards/ hold it. The speed is equation (1),
 with tau one expert copy (its bytes over a measured loop's GiB/s, or a stated link's), rho
 the copies per token over every offloaded layer (a replay of a given trace at C, or the
 embedded trace's share at the same C/N from the published run's replay table, named as
-such), and c the compute per token (stated, or a measured run's); without c only the copy
-part is predicted, as a bound. Copies that overlap compute come at best to max(c, rho tau)
-(docs/overlap.md); the overlap cost model with no prefetcher and nothing computed before a
-layer's copies is equation (1). With --host-gib short of every offloaded expert, tiers.py
-lays out H experts per layer in host RAM over disk and adds the disk reads' term.
+such, with uniform routing's LRU copies, k (1 - C/N) a layer, as the range's other end:
+a router that reuses nothing beyond chance), and c the compute per token (stated, or a
+measured run's); without c only the copy part is predicted, as a bound. Copies that
+overlap compute come at best to max(c, rho tau) (docs/overlap.md); the overlap cost model
+with no prefetcher and nothing computed before a layer's copies is equation (1). With
+--host-gib short of every offloaded expert, tiers.py lays out H experts per layer in host
+RAM over disk and adds the disk reads' term.
+
+The bytes fill G less a stated reserve (plan/__init__.py's RESERVE_GIB: the CUDA context,
+the allocator's fragmentation and activations, which plan.plan does not count), or
+--reserve-gib R.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import yaml
 from moecache import config as configs_module
 from moecache.errors import MoecacheError
 from moecache.model import registry
-from moecache.plan import tiers
+from moecache.plan import RESERVE_GIB, tiers
 from moecache.schedule import plan
 
 GIB = 2**30
@@ -99,6 +105,27 @@ def host_peak(report: dict) -> int:
     return report["pinned_host_bytes"]
 
 
+RESERVE_SAID = "in reserve for the CUDA context and the allocator (--reserve-gib)"
+
+
+def check_reserve(reserve_gib: float, gpu_gib: float | None = None) -> None:
+    """A negative reserve, or one that leaves nothing of the card, refused in one line."""
+    if reserve_gib < 0:
+        raise MoecacheError(f"--reserve-gib {reserve_gib:g}: must be at least 0")
+    if gpu_gib is not None and reserve_gib >= gpu_gib:
+        raise MoecacheError(
+            f"--reserve-gib {reserve_gib:g}: leaves nothing of the {gpu_gib:g} GiB GPU "
+            "(give a smaller reserve, or --reserve-gib 0 to fill the card)"
+        )
+
+
+def reserve_said(reserve_gib: float) -> str:
+    """The reserve as the answer states it."""
+    if reserve_gib == 0:
+        return "keeping nothing in reserve (--reserve-gib 0: the card filled to the byte)"
+    return f"keeping {reserve_gib:g} GiB {RESERVE_SAID}"
+
+
 class TooSmall(MoecacheError):
     """Even C = top_k does not fit; `smallest` is the plan at C = top_k."""
 
@@ -108,18 +135,25 @@ class TooSmall(MoecacheError):
 
 
 def largest_capacity(
-    settings: dict, gpu_gib: float, source=None, tokens=None, figure: str = "run"
+    settings: dict,
+    gpu_gib: float,
+    source=None,
+    tokens=None,
+    figure: str = "run",
+    reserve_gib: float = RESERVE_GIB,
 ) -> dict:
     """The plan at the largest C (top_k <= C <= N) whose `figure` (FIGURES: one run's
     device peak, or the study's jobs' on a card of `gpu_gib`, harness.device_gib set to
-    it) fits `gpu_gib` with every MoE layer offloaded, and at C + 1 (None at C = N, for
-    the jobs at C = N - 1); one line when even C = top_k does not fit."""
+    it) fits `gpu_gib` less `reserve_gib` with every MoE layer offloaded, and at C + 1
+    (None at C = N, for the jobs at C = N - 1); one line when even C = top_k does not
+    fit."""
+    check_reserve(reserve_gib, gpu_gib)
     peak = FIGURES[figure]
     if figure == "jobs":
         settings = on_card(settings, gpu_gib)
     shape = sizes(settings, source)
     layers, top_k, experts = shape.moe_layers, shape.num_experts_per_tok, shape.num_experts
-    budget = gpu_gib * GIB
+    budget = (gpu_gib - reserve_gib) * GIB
 
     def at(c: int) -> dict:
         return sized(settings, c, layers, source, tokens)
@@ -129,7 +163,8 @@ def largest_capacity(
         what = "the study's jobs need" if figure == "jobs" else "needs"
         raise TooSmall(
             f"--gpu-gib {gpu_gib:g}: even C = top_k = {top_k} with all {len(layers)} MoE "
-            f"layers offloaded {what} {peak(smallest) / GIB:.3f} GiB on the device",
+            f"layers offloaded {what} {peak(smallest) / GIB:.3f} GiB on the device, more "
+            f"than the {gpu_gib - reserve_gib:g} GiB left, {reserve_said(reserve_gib)}",
             smallest,
         )
     # A study's C stays below N (config.py: at C = N nothing is offloaded, nothing to
@@ -320,10 +355,36 @@ def rho_embedded(capacity: int, experts: int, top_k: int, layers: int, shares=No
     return {
         "per_token": rho,
         "source": (
-            f"the embedded trace's share at C/N = {capacity}/{experts} = {share:.3f}, not this "
-            f"model's routing ({how} from the published replay at C/N = {points}, "
-            f"{shown(shares['table'])}, and nothing copied at C = N; per layer{scale}, "
-            f"times {layers} layers)"
+            f"{EMBEDDED_SAID} (the embedded trace's share at C/N = {capacity}/{experts} = "
+            f"{share:.3f}, not this model's routing: {how} from the published replay at C/N "
+            f"= {points}, {shown(shares['table'])}, and nothing copied at C = N; per "
+            f"layer{scale}, times {layers} layers)"
+        ),
+    }
+
+
+EMBEDDED_SAID = (
+    "copies per token from the embedded tiny model's trace, scaled by k; give --trace FILE "
+    "of this model's routing for its own"
+)
+
+
+def rho_uniform(capacity: int, experts: int, top_k: int, layers: int) -> dict:
+    """LRU's steady copies per token over `layers` offloaded layers when each token requests
+    k experts drawn uniformly without replacement from N, independently of every other
+    token. Once the pool holds C, the token's k are a uniform k-subset whatever the pool
+    holds (the past does not choose them), so k C/N of them hit on average and
+    k (1 - C/N) are copied, under LRU or any rule that cannot see the future; which
+    experts LRU kept does not matter. Exact in the steady state (tests/test_plan_fit.py
+    solves the LRU chain of a small case and replays a seeded uniform trace)."""
+    per_layer = top_k * (1 - capacity / experts)
+    return {
+        "per_layer": per_layer,
+        "per_token": {"lru": per_layer * layers},
+        "source": (
+            f"uniform routing: each token's k = {top_k} experts drawn uniformly from N = "
+            f"{experts}, LRU at C = {capacity} copies k (1 - C/N) = {per_layer:.3f} a layer, "
+            f"times {layers} layers"
         ),
     }
 
@@ -388,42 +449,34 @@ def answer(
     trace=None,
     figure: str = "run",
     disk_gbs: float | None = None,
+    reserve_gib: float = RESERVE_GIB,
 ) -> dict:
     """The whole answer as data; nothing is read but configs and the files named. `trace`:
     replayed for rho (None: the embedded trace's share) and, with experts on disk only,
     over the tiers for the disk reads; `figure`: what C is chosen by (FIGURES);
     `host_gib`: the host RAM, which sets the tier layout (tiers.layout); `disk_gbs`: a
-    stated disk link (else the config's tiers.disk_to_host_ms); `config_run`: the
-    config's own run (its C on its layers) with its verdict."""
-    if trace is not None:
-        from moecache.replay import tracefile
-
-        tracefile.header(trace)  # a missing or non-Parquet file: refused before sizing
-    tau(1, bandwidth, link_gbs)  # a bad bandwidth file or link: refused before sizing
-    check_host(host_gib, disk_gbs)
+    stated disk link (else the config's tiers.disk_to_host_ms); `reserve_gib`: kept back
+    from `gpu_gib` (RESERVE_GIB); `config_run`: the config's own run (its C on its layers),
+    `config_run_fits` whether its jobs' peak fits the card less the reserve."""
+    check_given(trace, bandwidth, link_gbs, host_gib, disk_gbs)
+    check_reserve(reserve_gib, gpu_gib)
     own = plan.plan(settings, gpu_gib, source, tokens)
-    found = largest_capacity(settings, gpu_gib, source, tokens, figure)
+    found = largest_capacity(settings, gpu_gib, source, tokens, figure, reserve_gib)
     chosen, nxt = found["chosen"], found["next"]
     peak = FIGURES[figure]
     host = host_peak(chosen) if figure == "run" else chosen["host_peak_bytes"]
     layout = tiers.layout(chosen, host, host_gib)
-    c, n, k = chosen["capacity"], chosen["num_experts"], chosen["top_k"]
-    layers = len(chosen["offloaded_layers"])
-    if trace is not None:
-        rho = rho_from_trace(trace, c, n, k, layers)
-    else:
-        rho = rho_embedded(c, n, k, layers)
-    disk = disk_part(settings, chosen, layout, rho, trace, disk_gbs)
     copy = tau(chosen["expert_bytes"], bandwidth, link_gbs)
     return {
         "source": chosen["source"],
         "family": chosen["family"],
         "dtype": chosen["dtype"],
         "gpu_gib": gpu_gib,
+        "reserve_gib": reserve_gib,
         "host_gib": host_gib,
-        "capacity": c,
-        "num_experts": n,
-        "top_k": k,
+        "capacity": chosen["capacity"],
+        "num_experts": chosen["num_experts"],
+        "top_k": chosen["top_k"],
         "offloaded_layers": chosen["offloaded_layers"],
         "expert_bytes": chosen["expert_bytes"],
         "chosen_by": figure,
@@ -433,15 +486,51 @@ def answer(
         "layout": layout,
         "plan": chosen,
         "tau": copy,
-        "disk_read": disk["tau"],
         "compute": compute,
+        **speeds(settings, chosen, layout, trace, copy, compute, disk_gbs),
+        "config_run": own,
+        "config_run_fits": own["device_peak_bytes"] <= (gpu_gib - reserve_gib) * GIB,
+    }
+
+
+def speeds(settings, chosen: dict, layout: dict, trace, copy, compute, disk_gbs) -> dict:
+    """rho (replayed from `trace`, else the embedded trace's share, `rho_from` saying
+    which), the disk's part, the predictions per rule, and uniform routing's LRU copies
+    (rho_uniform) with their prediction beside them (`predicted_uniform`; with a disk
+    tier its reads assumed as without a trace, uniform routing being what that assumes)."""
+    c, n, k = chosen["capacity"], chosen["num_experts"], chosen["top_k"]
+    layers = len(chosen["offloaded_layers"])
+    if trace is not None:
+        rho = rho_from_trace(trace, c, n, k, layers)
+    else:
+        rho = rho_embedded(c, n, k, layers)
+    disk = disk_part(settings, chosen, layout, rho, trace, disk_gbs)
+    uniform = rho_uniform(c, n, k, layers)
+    if layout["disk"]:
+        reads = tiers.reads_assumed(uniform["per_token"], c, layout["host"], n)["per_token"]
+    else:
+        reads = None
+    return {
+        "disk_read": disk["tau"],
+        "rho_from": "trace" if trace is not None else "embedded",
         "rho_source": rho["source"],
         "reads_source": disk["reads"]["source"],
         "predicted": predictions(
             rho["per_token"], copy, compute, disk["reads"]["per_token"], disk["tau"]
         ),
-        "config_run": own,
+        "rho_uniform": uniform,
+        "predicted_uniform": predictions(uniform["per_token"], copy, compute, reads, disk["tau"]),
     }
+
+
+def check_given(trace, bandwidth, link_gbs, host_gib, disk_gbs) -> None:
+    """The files and flags, refused in one line before any sizing."""
+    if trace is not None:
+        from moecache.replay import tracefile
+
+        tracefile.header(trace)  # a missing or non-Parquet file
+    tau(1, bandwidth, link_gbs)  # a bad bandwidth file or link
+    check_host(host_gib, disk_gbs)
 
 
 def check_host(host_gib: float | None, disk_gbs: float | None) -> None:
@@ -493,7 +582,7 @@ def lines(fit: dict) -> list[str]:
     out = [
         f"fit: {fit['source']} ({fit['family']}, {fit['dtype']}) on a {fit['gpu_gib']:g} GiB "
         f"GPU, every MoE layer offloaded ({len(layers)} layers, {fit['num_experts']} experts "
-        f"top-{fit['top_k']})",
+        f"top-{fit['top_k']}), {reserve_said(fit['reserve_gib'])}",
         f"  C = {fit['capacity']} experts per layer (one expert "
         f"{fit['expert_bytes'] / 2**20:.2f} MiB)",
         f"  device peak: {gib(fit['device_peak_bytes'])}{jobs_said(fit)}"
@@ -505,24 +594,13 @@ def lines(fit: dict) -> list[str]:
             else " (the most a study holds: at C = N nothing is offloaded)"
         ),
         host_line(fit),
-        f"  rho from {fit['rho_source']}",
+        f"  rho from {fit['rho_source']}"
+        if fit["rho_from"] == "trace"
+        else f"  rho: {fit['rho_source']}",
         *disk_lines(fit),
+        *given_lines(fit),
+        *prediction_lines(fit),
     ]
-    tau, compute = fit["tau"], fit["compute"]
-    out.append(
-        f"  tau = {tau['ms']:.4f} ms per expert copy, {tau['source']}"
-        if tau
-        else "  tau: not given (--bandwidth FILE or --link-gbs X): ms/token not predicted"
-    )
-    disk = fit["disk_read"] is not None
-    parts = "the copy and disk read parts are" if disk else "the copy part is"
-    out.append(
-        f"  c = {compute['ms']:.3f} ms/token compute, {compute['source']}"
-        if compute
-        else f"  c: not given (--compute-ms or --compute-from): only {parts} predicted, "
-        "a lower bound on ms/token"
-    )
-    out += [rule_line(rule, row, disk) for rule, row in fit["predicted"].items()]
     layout = fit["layout"]
     out.append(
         f"  layout per layer: C = {layout['device']} on the device, H = {layout['host']} in "
@@ -532,8 +610,46 @@ def lines(fit: dict) -> list[str]:
     out.append(
         f"  the config's own study (C = {own['capacity']} on {len(own['offloaded_layers'])} "
         f"layers, its jobs' peak): {gib(own['device_peak_bytes'])}, "
-        f"{'fits' if own['fits'] else 'does NOT fit'}"
+        f"{'fits' if fit['config_run_fits'] else 'does NOT fit'}"
+        + (f" beside the {fit['reserve_gib']:g} GiB reserve" if fit["reserve_gib"] else "")
     )
+    return out
+
+
+def given_lines(fit: dict) -> list[str]:
+    """tau and c, each with where it comes from, or what is not predicted without it."""
+    tau, compute = fit["tau"], fit["compute"]
+    disk = fit["disk_read"] is not None
+    parts = "the copy and disk read parts are" if disk else "the copy part is"
+    return [
+        f"  tau = {tau['ms']:.4f} ms per expert copy, {tau['source']}"
+        if tau
+        else "  tau: not given (--bandwidth FILE or --link-gbs X): ms/token not predicted",
+        f"  c = {compute['ms']:.3f} ms/token compute, {compute['source']}"
+        if compute
+        else f"  c: not given (--compute-ms or --compute-from): only {parts} predicted, "
+        "a lower bound on ms/token",
+    ]
+
+
+def prediction_lines(fit: dict) -> list[str]:
+    """Each rule's line; without a trace LRU's is a range, the embedded model's share to
+    uniform routing's, with uniform routing's own line after the rules."""
+    disk = fit["disk_read"] is not None
+    ranged = fit["rho_from"] == "embedded"
+    out = [
+        rule_line(rule, row, disk, fit["predicted_uniform"].get(rule) if ranged else None)
+        for rule, row in fit["predicted"].items()
+    ]
+    if ranged:
+        uniform = fit["rho_uniform"]
+        embedded = fit["predicted"]["lru"]["rho"]
+        total = uniform["per_token"]["lru"]
+        times = f", {total / embedded:.1f} times the embedded model's" if embedded else ""
+        out.append(
+            f"  {uniform['source']} = {total:.3f} copies/token{times} (no reuse beyond "
+            "chance: the pessimistic end for a router whose tokens share experts)"
+        )
     return out
 
 
@@ -569,37 +685,50 @@ def disk_lines(fit: dict) -> list[str]:
     ]
 
 
-def rule_line(rule: str, row: dict, disk: bool) -> str:
-    """One rule's copies (and disk reads) per token and what they cost."""
-    line = f"  {rule}: rho = {row['rho']:.3f} copies/token"
+def rule_line(rule: str, row: dict, disk: bool, uniform: dict | None = None) -> str:
+    """One rule's copies (and disk reads) per token and what they cost; with `uniform`,
+    uniform routing's row, each figure a range from `row`'s to its."""
+
+    def val(key: str, digits: int = 3) -> str:
+        shown = lambda v: "-" if v is None else f"{v:.{digits}f}"  # noqa: E731
+        return shown(row[key]) + ("" if uniform is None else f" to {shown(uniform[key])}")
+
+    if uniform is None:
+        line = f"  {rule}: rho = {row['rho']:.3f} copies/token"
+    else:
+        line = (
+            f"  {rule}: rho between {row['rho']:.3f} (embedded model, scaled) and "
+            f"{uniform['rho']:.3f} (uniform routing) copies/token"
+        )
     formula, bound, moved = "c + rho tau", "rho tau", "copies"
     if disk:
-        line += f", {row['reads']:.3f} disk reads/token"
+        line += f", {val('reads')} disk reads/token"
         formula, bound = formula + " + reads tau_disk", bound + " + reads tau_disk"
         moved = "copies and reads"
     if row["ms_per_token"] is not None:
         line += (
-            f", {row['ms_per_token']:.3f} ms/token = {formula} "
-            f"({row['tokens_per_second']:.1f} tokens/s); {moved} overlapping compute at "
-            f"best {row['overlapped_ms_at_best']:.3f} ms/token"
+            f", {val('ms_per_token')} ms/token = {formula} "
+            f"({val('tokens_per_second', 1)} tokens/s); {moved} overlapping compute at "
+            f"best {val('overlapped_ms_at_best')} ms/token"
         )
     elif row["ms_per_token_at_least"] is not None:
         speed = row["tokens_per_second_at_most"]
-        line += f", ms/token >= {bound} = {row['ms_per_token_at_least']:.3f}" + (
-            f" (at most {speed:.1f} tokens/s)" if speed else ""
+        line += f", ms/token >= {bound} = {val('ms_per_token_at_least')}" + (
+            f" (at most {val('tokens_per_second_at_most', 1)} tokens/s)" if speed else ""
         )
     elif disk:
-        line += f" (reads tau_disk = {row['read_ms']:.3f} ms/token)"
+        line += f" (reads tau_disk = {val('read_ms')} ms/token)"
     return line
 
 
 # --- the table of docs/plan.md --------------------------------------------------------------
 
 
-def table(configs, gibs, bandwidth=None) -> str:
-    """Markdown: per config and GPU size, C with every MoE layer offloaded, the device and
-    host peaks, rho (the embedded trace's share) and the copies' GiB per token, and with a
-    bandwidth file the copy part of ms/token at its measured link."""
+def table(configs, gibs, bandwidth=None, reserve_gib: float = RESERVE_GIB) -> str:
+    """Markdown: per config and GPU size, C with every MoE layer offloaded within the GPU
+    less `reserve_gib`, the device and host peaks, rho (the embedded trace's share, and
+    LRU's under uniform routing) and the copies' GiB per token, and with a bandwidth file
+    the copy part of ms/token at its measured link, at both ends of LRU's range."""
     head = [
         "model",
         "GPU GiB",
@@ -608,39 +737,52 @@ def table(configs, gibs, bandwidth=None) -> str:
         "C + 1 needs GiB",
         "host GiB",
         "LRU rho",
+        "LRU rho, uniform routing",
         "farthest-future rho",
         "LRU GiB copied / token",
     ]
     if bandwidth is not None:
-        head.append("LRU ms/token >= rho tau")
+        head += ["LRU ms/token >= rho tau", "uniform ms/token >= rho tau"]
     rows = []
     for path in configs:
         settings = configs_module.load(path)
         for gib in gibs:
             try:
-                fit = answer(settings, gib, bandwidth=bandwidth)
+                fit = answer(settings, gib, bandwidth=bandwidth, reserve_gib=reserve_gib)
             except TooSmall as small:
                 need = device_peak(small.smallest) / GIB
                 k = small.smallest["capacity"]
-                none = f"none (C = {k} needs {need:.2f})"
+                none = f"none (C = {k} needs {need:.2f} of {gib - reserve_gib:g})"
                 rows.append([settings["model"]["source"], f"{gib:g}", none])
                 continue
-            lru, oracle = fit["predicted"]["lru"], fit["predicted"]["farthest-future"]
-            nxt = fit["next_device_peak_bytes"]
-            row = [
-                fit["source"],
-                f"{gib:g}",
-                f"{fit['capacity']} / {fit['num_experts']}",
-                f"{fit['device_peak_bytes'] / GIB:.2f}",
-                f"{nxt / GIB:.2f}" if nxt else "-",
-                f"{fit['host_peak_bytes'] / GIB:.2f}",
-                f"{lru['rho']:.2f}",
-                f"{oracle['rho']:.2f}",
-                f"{lru['rho'] * fit['expert_bytes'] / GIB:.3f}",
-            ]
-            if bandwidth is not None:
-                row.append(f"{lru['copy_ms']:.2f}")
-            rows.append(row)
+            rows.append(table_row(fit, bandwidth is not None))
+    return markdown(head, rows)
+
+
+def table_row(fit: dict, timed: bool) -> list[str]:
+    """One answer as a row of `table`."""
+    lru, oracle = fit["predicted"]["lru"], fit["predicted"]["farthest-future"]
+    uniform = fit["predicted_uniform"]["lru"]
+    nxt = fit["next_device_peak_bytes"]
+    row = [
+        fit["source"],
+        f"{fit['gpu_gib']:g}",
+        f"{fit['capacity']} / {fit['num_experts']}",
+        f"{fit['device_peak_bytes'] / GIB:.2f}",
+        f"{nxt / GIB:.2f}" if nxt else "-",
+        f"{fit['host_peak_bytes'] / GIB:.2f}",
+        f"{lru['rho']:.2f}",
+        f"{uniform['rho']:.2f}",
+        f"{oracle['rho']:.2f}",
+        f"{lru['rho'] * fit['expert_bytes'] / GIB:.3f}",
+    ]
+    if timed:
+        row += [f"{lru['copy_ms']:.2f}", f"{uniform['copy_ms']:.2f}"]
+    return row
+
+
+def markdown(head: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table, short rows (a config that fits at no C) padded with empty cells."""
     width = len(head)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
     for row in rows:
@@ -672,20 +814,20 @@ def scaled_multipliers(settings: dict) -> str:
     return ", ".join(str(m) for m in sorted(found - {1})) or "none"
 
 
-def none_fits(smallest: dict, gib: float) -> str:
-    """Why no C fits a card: one run at C = top_k already needs more (no study can fit),
-    else the study's jobs at C = top_k do."""
-    k, run = smallest["capacity"], device_peak(smallest)
-    if run > gib * GIB:
-        return f"none (one run at C = {k} needs {run / GIB:.2f})"
-    return f"none (the jobs at C = {k} need {jobs_peak(smallest) / GIB:.2f})"
+def none_fits(smallest: dict, gib: float, reserve_gib: float = RESERVE_GIB) -> str:
+    """Why no C fits a card less its reserve: one run at C = top_k already needs more (no
+    study can fit), else the study's jobs at C = top_k do."""
+    k, run, left = smallest["capacity"], device_peak(smallest), gib - reserve_gib
+    if run > left * GIB:
+        return f"none (one run at C = {k} needs {run / GIB:.2f} of {left:g})"
+    return f"none (the jobs at C = {k} need {jobs_peak(smallest) / GIB:.2f} of {left:g})"
 
 
-def cards_table(configs, gibs=()) -> str:
+def cards_table(configs, gibs=(), reserve_gib: float = RESERVE_GIB) -> str:
     """Markdown: per config and card, C chosen by the study's jobs with every MoE layer
-    offloaded (largest_capacity's "jobs" figure), the multipliers its scaled runs decode
-    at, whether the all-resident reference is kept, each job's device peak, what C + 1
-    would need and what one run at C holds."""
+    offloaded within the card less `reserve_gib` (largest_capacity's "jobs" figure), the
+    multipliers its scaled runs decode at, whether the all-resident reference is kept,
+    each job's device peak, what C + 1 would need and what one run at C holds."""
     head = [
         "config",
         "card GiB",
@@ -700,9 +842,10 @@ def cards_table(configs, gibs=()) -> str:
     rows = []
     for path, settings, gib in cards(configs, gibs):
         try:
-            found = largest_capacity(settings, gib, figure="jobs")
+            found = largest_capacity(settings, gib, figure="jobs", reserve_gib=reserve_gib)
         except TooSmall as small:
-            rows.append([shown(path.resolve()), f"{gib:g}", none_fits(small.smallest, gib)])
+            why = none_fits(small.smallest, gib, reserve_gib)
+            rows.append([shown(path.resolve()), f"{gib:g}", why])
             continue
         chosen, nxt = found["chosen"], found["next"]
         jobs = chosen["job_device_peak_bytes"]
@@ -719,8 +862,4 @@ def cards_table(configs, gibs=()) -> str:
                 f"{device_peak(chosen) / GIB:.2f}",
             ]
         )
-    width = len(head)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
-    for row in rows:
-        lines.append("| " + " | ".join(row + [""] * (width - len(row))) + " |")
-    return "\n".join(lines)
+    return markdown(head, rows)
