@@ -4,8 +4,9 @@ host clock, the copies themselves real and synchronous. What this checks: the or
 the engine queues on each stream (the copy after the compute queued before it, the slower
 link's ring after the copy, the ticket's events around both; the compute waiting on the
 ticket's end between two timing events), and an overlapped decode through it, in the CUDA
-path's rehearsal (gpu.py), keeping the blocking run's NLL and copies. What it cannot: that CUDA runs the copy stream beside the
-compute, the events' device times, pinned non-blocking copies (`make gpu-check` does)."""
+path's rehearsal (gpu.py), keeping the blocking run's NLL and copies. What it cannot: that
+CUDA runs the copy stream beside the compute, the events' device times, pinned
+non-blocking copies (`make gpu-check` does)."""
 
 from __future__ import annotations
 

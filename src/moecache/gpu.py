@@ -53,9 +53,15 @@ def cuda_path(device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and rehearsing())
 
 
+def is_pinned(tensor: torch.Tensor) -> bool:
+    """In page-locked host memory; in a rehearsal every host tensor counts as pinned."""
+    return tensor.is_pinned() or (rehearsing() and tensor.device.type == "cpu")
+
+
 def pin(tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor` in page-locked host memory (as it is, in rehearsal: no driver to pin with)."""
-    if tensor.is_pinned() or not torch.cuda.is_available():
+    """`tensor` in page-locked host memory, a copy (as it is in a rehearsal: no driver to pin
+    with, and a copy the CUDA path does not make would be counted twice)."""
+    if is_pinned(tensor) or not torch.cuda.is_available():
         return tensor
     return tensor.pin_memory()
 

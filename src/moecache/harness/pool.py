@@ -39,8 +39,8 @@ class HostExperts:
             # The offloaded experts' one host copy (harness/placement.py) is read in place;
             # a module still on the device is copied out once, counted by the accountant.
             host = weight.detach().to("cpu").contiguous()
-            if self.pinned and not host.is_pinned():
-                host = LEDGER.adopt("experts", HOST, gpu.pin(host.clone()))
+            if self.pinned and not gpu.is_pinned(host):
+                host = LEDGER.adopt("experts", HOST, gpu.pin(host))
             self.host[name] = host
         self.num_experts = len(next(iter(self.host.values())))
         self.expert_bytes = sum(h[0].numel() * h.element_size() for h in self.host.values())
