@@ -217,3 +217,16 @@ def test_each_builder_declares_its_parameters_as_its_inputs():
     for build, reads in [*tables.BUILDERS.values(), *figures.BUILDERS.values()]:
         assert tuple(inspect.signature(build).parameters) == reads, build.__name__
         assert set(reads) <= roles, build.__name__
+
+
+def test_the_top_level_help_and_every_subcommands_help_exit_0(capsys):
+    """argparse formats help strings with %: a bare % in one help text crashed `--help`."""
+    from moecache import cli
+
+    top = cli.parser()
+    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    for argv in [["--help"], *([name, "--help"] for name in commands.choices)]:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        assert exit_.value.code == 0, argv
+    assert "usage: moecache" in capsys.readouterr().out

@@ -240,7 +240,7 @@ def register(sub) -> None:
         sub,
         "tiers-check",
         cmd_tiers_check,
-        "exit non-zero unless the tier equation is within 10% of every tiered harness run",
+        "exit non-zero unless the tier equation is within 10%% of every tiered harness run",
     )
     p.add_argument("record", type=Path, help="a tiers-harness results file")
 
