@@ -323,3 +323,15 @@ def test_the_gates_pass_on_the_cuda_path_for_the_stored_kernels(saved):
         report = gates.run(model, sequences(), HARNESS)
         assert placement.staging_of(model) is not None
     assert gates.failures(report) == []
+
+
+def test_mxfp4_dequantizes_a_chunk_of_rows_at_a_time_to_the_same_values(monkeypatch):
+    """Row chunks (which bound the device's temporaries per expert) give the whole
+    projection's values exactly, a chunk boundary inside the rows included."""
+    generator = torch.Generator().manual_seed(5)
+    blocks = torch.randint(0, 256, (37, 4, 16), dtype=torch.uint8, generator=generator)
+    scales = torch.randint(110, 140, (37, 4), dtype=torch.uint8, generator=generator)
+    whole = quantized.mxfp4_rows(blocks, scales, torch.bfloat16)
+    monkeypatch.setattr(quantized, "MXFP4_CHUNK_VALUES", 5 * 128)  # 5 rows of 128 values
+    assert torch.equal(quantized.mxfp4(blocks, scales, torch.bfloat16), whole)
+    assert whole.shape == (37, 128)
