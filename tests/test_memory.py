@@ -17,14 +17,16 @@ import torch
 from conftest import REPO, load_yaml
 
 from moecache import config as configs
+from moecache import gpu
 from moecache.harness import decode, gates, jobs, placement, runs
 from moecache.model import memory, registry, tiny
 from moecache.model.memory import LEDGER
 from moecache.schedule import plan
 from moecache.schedule import runs as schedule
 
-# Every config with a model (a trace study, config/trace.yaml, has none to hold).
-CONFIGS = sorted(p for p in (REPO / "config").glob("*.yaml") if "model" in load_yaml(p))
+# Every config with a model (a trace study, config/trace.yaml, has none to hold), the cards'
+# too.
+CONFIGS = sorted(p for p in (REPO / "config").glob("**/*.yaml") if "model" in load_yaml(p))
 VOCAB = 256
 TOKENS = 5
 NEEDS_FILES = {"controller", "learned"}  # policies that read a trained artifact
@@ -80,7 +82,9 @@ def one_moe_layer(settings: dict, tmp_path: Path) -> tuple[dict, Path]:
     arch["num_hidden_layers"] = layer + 1
     settings["model"].update(source=str(folder))
     harness = settings["harness"]
-    harness.update(device="cpu", restricted_layers=[layer], warmup_tokens=1, gate_repeats=1)
+    harness.update(
+        device="cpu", restricted_layers=[layer], warmup_tokens=1, gate_repeats=1, repeats=1
+    )
     harness.pop("device_gib", None)
     harness["runs"] = peak_runs(harness)
     settings["corpus"]["heldout"]["max_tokens"] = TOKENS
@@ -106,7 +110,17 @@ def peak_runs(harness: dict) -> dict:
     largest = max(runs, key=lambda n: (group(runs[n]), not runs[n].get("overlap")))
     if group(runs[largest]):
         keep.add(largest)
-    return {name: run for name, run in runs.items() if name in keep}
+    return {name: slowed(run) for name, run in runs.items() if name in keep}
+
+
+def slowed(run: dict) -> dict:
+    """The run with its multipliers above 1 made 2, 3, ...: the same arms, slots and rings
+    (what the peak is made of), without pushing 50 copies of each real-sized expert through
+    the ring on a CPU."""
+    scaled = [m for m in run.get("multipliers", [1]) if m > 1]
+    if not scaled:
+        return run
+    return run | {"multipliers": [1, *range(2, 2 + len(scaled))]}
 
 
 def within(measured: int, planned: int, share=0.05) -> bool:
@@ -118,6 +132,11 @@ def within(measured: int, planned: int, share=0.05) -> bool:
 @pytest.mark.pipeline
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_the_accountants_peaks_are_the_plans_for_every_config(path, tmp_path):
+    with gpu.rehearse():  # the CUDA path's staging, pinned pools and rings, on the CPU
+        held_to_the_plan(path, tmp_path)
+
+
+def held_to_the_plan(path, tmp_path) -> None:
     settings, folder = one_moe_layer(load_yaml(path), tmp_path)
     sequences = [list(range(1, TOKENS + 1)), list(range(7, 7 + TOKENS))]
     planned = plan.plan(settings, source=str(folder), tokens=TOKENS)
@@ -139,9 +158,9 @@ def test_the_accountants_peaks_are_the_plans_for_every_config(path, tmp_path):
 
     for job, peak in peaks.items():
         expected = planned["job_device_peak_bytes"][job]
-        assert within(peak[memory.DEVICE], expected), (job, peak, expected, parts)
-        assert peak[memory.DEVICE] <= expected, (job, peak, expected, parts)  # never below
-        assert within(peak[memory.HOST], planned["host_peak_bytes"]), (job, peak, planned)
+        # Never below the peak, and no more than 5% above it.
+        assert peak[memory.DEVICE] <= expected <= 1.05 * peak[memory.DEVICE], (job, peak, parts)
+        assert within(peak[memory.HOST], planned["job_host_peak_bytes"][job]), (job, peak)
     assert planned["device_peak_bytes"] == max(planned["job_device_peak_bytes"].values())
 
 
@@ -194,6 +213,37 @@ def test_staged_own_blocks_give_the_models_own_nll_one_layer_at_a_time(smoke_con
     experts = registry.of(model).layer_experts(model, 1)
     one_layer = memory.tensor_bytes(experts.parameters())
     assert decode.batched_nll_sums(model, sequences, "cpu") == before
-    assert LEDGER.peak[memory.DEVICE] == one_layer  # one staging buffer for both layers
+    # One staging buffer for both layers (beside the check's logits and KV cache).
+    assert LEDGER.peak_parts[memory.DEVICE]["staging"] == one_layer
     assert all(p.device.type == "cpu" for p in experts.parameters())  # back on the host
     assert placement.take_staging_seconds(model) > 0
+
+
+TRANSIENT_ARCH = {
+    "hidden_size": 32,
+    "intermediate_size": 16,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 2,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "max_position_embeddings": 64,
+}
+
+
+@pytest.mark.parametrize("family", sorted(registry.ADAPTERS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_nll_check_and_kv_cache_are_counted_as_the_plan_sizes_them(family, dtype):
+    """The whole-sequence check's logits, float32 scores and log-probabilities and its KV
+    cache, counted by the accountant while alive, are what the plan adds for them
+    (memory.nll_check_bytes, plan.kv_bytes_per_token) in every family and dtype."""
+    model = tiny.model(family, TRANSIENT_ARCH, 64, seed=0).to(dtype)
+    element = torch.empty(0, dtype=dtype).element_size()
+    tokens = 11
+    gc.collect()
+    LEDGER.reset()
+    decode.batched_nll_sums(model, [list(range(1, tokens + 1))], "cpu")
+    parts = LEDGER.peak_parts[memory.DEVICE]
+    assert parts["nll check"] == memory.nll_check_bytes(tokens, 64, element)
+    kv = plan.kv_bytes_per_token(model.config, element) * tokens
+    assert parts["kv cache"] <= kv <= 1.05 * parts["kv cache"], (parts, kv)
+    assert LEDGER.bytes(memory.DEVICE) == 0  # nothing left counted once they are freed

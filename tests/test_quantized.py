@@ -332,6 +332,6 @@ def test_mxfp4_dequantizes_a_chunk_of_rows_at_a_time_to_the_same_values(monkeypa
     blocks = torch.randint(0, 256, (37, 4, 16), dtype=torch.uint8, generator=generator)
     scales = torch.randint(110, 140, (37, 4), dtype=torch.uint8, generator=generator)
     whole = quantized.mxfp4_rows(blocks, scales, torch.bfloat16)
-    monkeypatch.setattr(quantized, "MXFP4_CHUNK_VALUES", 5 * 128)  # 5 rows of 128 values
+    monkeypatch.setattr(quantized, "DEQUANT_CHUNK_VALUES", 5 * 128)  # 5 rows of 128 values
     assert torch.equal(quantized.mxfp4(blocks, scales, torch.bfloat16), whole)
     assert whole.shape == (37, 128)

@@ -31,7 +31,8 @@ from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.pooled_block import PooledMoeBlock
 from moecache.harness.timing import Stopwatch
 from moecache.intervals import bootstrap_ratio
-from moecache.model import registry
+from moecache.model import memory, registry
+from moecache.model.memory import DEVICE, LEDGER
 
 
 @dataclass
@@ -175,19 +176,28 @@ def use(model, arm: Arm, own: dict) -> None:
 
 
 def next_token_nll_sum(logits: torch.Tensor, x: torch.Tensor) -> float:
-    """Summed next-token NLL of one sequence `x` [1, T] from its logits [1, T, V]."""
-    return torch.nn.functional.cross_entropy(
-        logits[0, :-1].float(), x[0, 1:], reduction="sum"
-    ).item()
+    """Summed next-token NLL of one sequence `x` [1, T] from its logits [1, T, V]: the
+    float32 scores and their log-probabilities counted by the accountant while alive (what
+    cross_entropy computes, in the same kernels, so the same value to the bit)."""
+    scores = logits[0, :-1].float()
+    if scores.untyped_storage().data_ptr() != logits.untyped_storage().data_ptr():
+        LEDGER.adopt("nll check", DEVICE, scores)  # a copy, unless the logits are float32
+    log_probs = LEDGER.adopt("nll check", DEVICE, torch.log_softmax(scores, -1))
+    return torch.nn.functional.nll_loss(log_probs, x[0, 1:], reduction="sum").item()
 
 
 @torch.inference_mode()
 def batched_nll_sums(model, sequences, device) -> list[float]:
-    """The independent check: each whole sequence in one forward pass, its summed NLL."""
+    """The independent check: each whole sequence in one forward pass, its summed NLL; its
+    logits and KV cache counted by the accountant while alive."""
     sums = []
     for ids in sequences:
         x = torch.tensor([ids], device=device)
-        sums.append(next_token_nll_sum(model(input_ids=x).logits, x))
+        out = model(input_ids=x)
+        LEDGER.adopt("nll check", DEVICE, out.logits)
+        memory.count_cache(out.past_key_values)
+        sums.append(next_token_nll_sum(out.logits, x))
+        del out
     return sums
 
 
@@ -252,6 +262,8 @@ def decode_tokens(model, arms: list[Arm], ids, device, own=None, futures=None, t
                     pool.clear_counts()
             else:
                 s["step_seconds"] += seconds
+    for s in state.values():  # every arm's cache, at its longest, beside the slots
+        memory.count_cache(s["cache"])
     return {arm.name: sequence_row(ids, state[arm.name]) for arm in arms}
 
 

@@ -77,6 +77,23 @@ class Ledger:
 LEDGER = Ledger()
 
 
+def count_cache(cache) -> None:
+    """A transformers KV cache's tensors counted on the device while they live (a cache
+    grows token by token: counted once it holds its sequence, where a job's peak is)."""
+    for layer in getattr(cache, "layers", None) or []:
+        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(tensor, torch.Tensor) and tensor.numel():
+                LEDGER.adopt("kv cache", DEVICE, tensor)
+
+
+def nll_check_bytes(tokens: int, vocab: int, element: int) -> int:
+    """What the whole-sequence NLL check (harness/decode.py batched_nll_sums) holds beside
+    its KV cache: the logits [T, V] in the model's dtype, their float32 copy (none where the
+    logits are float32) and float32 log-probabilities, over the T - 1 scored positions."""
+    scored = (tokens - 1) * vocab * 4
+    return tokens * vocab * element + scored * (2 if element != 4 else 1)
+
+
 def tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 

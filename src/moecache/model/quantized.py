@@ -35,6 +35,7 @@ from torch import nn
 from moecache.errors import MoecacheError
 from moecache.model import registry
 from moecache.model.kernel import per_expert_forward
+from moecache.model.memory import DEVICE, LEDGER
 
 # e2m1 codes 0-15: the sign is the top bit (transformers' FP4_VALUES).
 FP4_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -89,22 +90,32 @@ class Mxfp4:
         )
 
 
-# Values dequantized at a time: the int64 codes and float32 values of a whole GPT-OSS-20B
-# projection held about 0.25 GiB of temporaries on the device per expert; in row chunks of
-# this many values they hold at most 17 bytes each (uint8 pair, int64 code, float32 twice),
-# 34 MiB, and the result is the same value for value.
-MXFP4_CHUNK_VALUES = 2**21
+# Values dequantized at a time, in either format: a whole projection at once held about
+# 0.25 GiB of int64 and float32 temporaries per GPT-OSS-20B expert on the device. In row
+# chunks a chunk's temporaries hold at most SCRATCH_BYTES_PER_VALUE a value (MXFP4: the int64
+# code 8 and its float32 value 4, then the scaled float32 copy beside the value and the cast
+# 2; FP8: the float32 weight, scale and product 12 and the cast 2), the same values.
+DEQUANT_CHUNK_VALUES = 2**21
+SCRATCH_BYTES_PER_VALUE = 14
+
+
+def chunked(rows: int, row_values: int, multiple: int = 1) -> range:
+    """Row offsets of chunks of at most DEQUANT_CHUNK_VALUES values (at least `multiple`
+    rows, and a multiple of it: FP8's scale blocks)."""
+    step = max(1, DEQUANT_CHUNK_VALUES // (row_values * multiple)) * multiple
+    return range(0, rows, step)
 
 
 def mxfp4(blocks: torch.Tensor, scales: torch.Tensor, dtype) -> torch.Tensor:
     """[out, in] from blocks [out, in/32, 16] and e8m0 scales [out, in/32]: the FP4 value of
     each nibble (low first) times 2^(scale - 127), exact in float32, cast to `dtype`, a
-    chunk of rows at a time (MXFP4_CHUNK_VALUES)."""
+    chunk of rows at a time."""
     rows, values = blocks.shape[0], blocks[0].numel() * 2
-    step = max(1, MXFP4_CHUNK_VALUES // values)
     out = torch.empty((rows, values), dtype=dtype, device=blocks.device)
-    for at in range(0, rows, step):
-        out[at : at + step] = mxfp4_rows(blocks[at : at + step], scales[at : at + step], dtype)
+    offsets = chunked(rows, values)
+    for at in offsets:
+        end = at + offsets.step
+        out[at:end] = mxfp4_rows(blocks[at:end], scales[at:end], dtype)
     return out
 
 
@@ -171,18 +182,29 @@ class Fp8Blocks:
         """Expert e's (gate_up [2I, H], None, down [H, I], None): gate and up concatenated,
         as transformers fuses them."""
         gate, up, down = (
-            fp8(getattr(experts, p)[e], getattr(experts, f"{p}_scale_inv")[e], self.block, dtype)
-            for p in FP8_PROJECTIONS
+            (getattr(experts, p)[e], getattr(experts, f"{p}_scale_inv")[e]) for p in FP8_PROJECTIONS
         )
-        return torch.cat((gate, up)), None, down, None
+        rows, cols = gate[0].shape
+        # gate and up dequantized into one tensor, as transformers fuses them (no second copy)
+        gate_up = torch.empty((2 * rows, cols), dtype=dtype, device=gate[0].device)
+        fp8(*gate, self.block, dtype, out=gate_up[:rows])
+        fp8(*up, self.block, dtype, out=gate_up[rows:])
+        return gate_up, None, fp8(*down, self.block, dtype), None
 
 
-def fp8(weight: torch.Tensor, scale_inv: torch.Tensor, block, dtype) -> torch.Tensor:
+def fp8(weight: torch.Tensor, scale_inv: torch.Tensor, block, dtype, out=None) -> torch.Tensor:
     """[rows, cols] float8 times its `block` (rows, cols)'s scale, in float32, cast to
-    `dtype` (the blocks at the far edges may be partial, as DeepSeek's weight_dequant allows)."""
+    `dtype` (the blocks at the far edges may be partial, as DeepSeek's weight_dequant allows),
+    a chunk of whole scale blocks of rows at a time, into `out` where given."""
     rows, cols = weight.shape
-    scale = scale_inv.repeat_interleave(block[0], 0)[:rows].repeat_interleave(block[1], 1)
-    return (weight.to(torch.float32) * scale[:, :cols]).to(dtype)
+    out = torch.empty((rows, cols), dtype=dtype, device=weight.device) if out is None else out
+    offsets = chunked(rows, cols, block[0])
+    for at in offsets:
+        end = min(at + offsets.step, rows)
+        scale = scale_inv[at // block[0] : -(-end // block[0])].repeat_interleave(block[0], 0)
+        scale = scale[: end - at].repeat_interleave(block[1], 1)[:, :cols]
+        out[at:end] = (weight[at:end].to(torch.float32) * scale).to(dtype)
+    return out
 
 
 FORMATS = {"mxfp4": Mxfp4, "fp8": Fp8Blocks}
@@ -209,6 +231,17 @@ def load_kwargs(config) -> dict:
     is not kept as stored, on any device (as it does on a CPU), to the model's dtype."""
     fmt = stored_format(config)
     return {} if fmt is None else {"quantization_config": fmt.dequantizing()}
+
+
+def dequantized_bytes(config, element: int) -> int:
+    """What the per-expert kernel holds on the device to compute one stored expert beside
+    the stored bytes: its gate_up and down dequantized at `element` bytes (the biases are
+    kept in the model's dtype) and a chunk's temporaries at most; 0 where not quantized."""
+    if stored_format(config) is None:
+        return 0
+    sizes = registry.adapter_for(config.model_type).sizes(config)
+    dense = 3 * sizes.hidden_size * sizes.intermediate_size * element
+    return dense + DEQUANT_CHUNK_VALUES * SCRATCH_BYTES_PER_VALUE
 
 
 def expert_bytes(config, element: int) -> int | None:
@@ -244,8 +277,12 @@ class StoredExperts(nn.Module):
         return self.own._apply_gate(gate_up)
 
     def dequantized(self, e: int, dtype):
-        """Expert e's (gate_up, its bias, down, its bias) in `dtype`, in the family's layout."""
-        return self.format.weights(self, e, dtype)
+        """Expert e's (gate_up, its bias, down, its bias) in `dtype`, in the family's layout;
+        the two dequantized weights counted by the accountant while the kernel holds them."""
+        gate_up, gate_up_bias, down, down_bias = self.format.weights(self, e, dtype)
+        for weight in (gate_up, down):
+            LEDGER.adopt("dequantized expert", DEVICE, weight)
+        return gate_up, gate_up_bias, down, down_bias
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         return per_expert_forward(self, hidden_states, top_k_index, top_k_weights)

@@ -87,6 +87,11 @@ def plan(
     report["kv_cache_tokens"] = tokens or settings["corpus"]["heldout"]["max_tokens"]
     report["kv_cache_bytes"] = kv_bytes_per_token(config, element) * report["kv_cache_tokens"]
     report["device_bytes"] = report["held_bytes"] + report["kv_cache_bytes"]
+    vocab = config.get_text_config().vocab_size
+    report["nll_check_bytes"] = memory.nll_check_bytes(report["kv_cache_tokens"], vocab, element)
+    from moecache.model import quantized  # transformers' kernels, once a plan is asked for
+
+    report["dequantized_bytes"] = quantized.dequantized_bytes(config, element)
     shards = settings.get("corpus", {}).get("heldout", {}).get("shards")
     shard = shard or next(iter(shards or []), None)  # the first shard decodes most
     if reference and shard is not None:  # the jobs' peaks need the runs a shard decodes
@@ -101,39 +106,54 @@ def job_peaks(settings: dict, report: dict, shard: str) -> dict:
     """Each harness job's device and host peak, as the accountant (model/memory.py) counts
     them, and the largest: the gates (every lossless gate run on one shared storage, the
     all-resident run's N slots where it is kept, beside one layer's own experts staged on a
-    GPU) and the first shard's decode (the model's own base NLL with one layer staged, then
-    the slots of schedule/runs.py's slot_layout, as harness/runs.py decodes them; the slower
-    link's rings once a scaled run repeats a copy)."""
+    GPU and a KV cache per arm decoded at once; then, the slots given back, the
+    whole-sequence NLL check) and the first shard's decode (the model's own base NLL check
+    with one layer staged, then the slots of schedule/runs.py's slot_layout, as
+    harness/runs.py decodes them, a KV cache per arm decoded at once; the slower link's
+    rings once a scaled run repeats a copy)."""
     harness = settings["harness"]
     layers, n = len(report["offloaded_layers"]), report["num_experts"]
     expert, cuda = report["expert_bytes"], gpu.cuda_path(harness["device"])
     staged = n if cuda else 0  # on a CPU the own block reads the host copy in place
     ring, host_ring = ring_bytes(harness, expert, layers)
 
-    def device(slots, staged, ring):
-        return memory.device_peak(
-            report["weights_bytes"], expert, slots, staged, ring, report["kv_cache_bytes"]
+    def device(slots, staged, ring, caches=1):
+        held = memory.device_peak(
+            report["weights_bytes"], expert, slots, staged, ring, caches * report["kv_cache_bytes"]
         )
+        return held + report["dequantized_bytes"]  # a stored expert as the kernel computes it
 
     kept = reference_left_out(settings) is None
     gate_slots = max(harness["capacity"], n if kept else 0) * layers
-    shared, groups = runs.slot_layout(runs.shard_slots(settings, shard, shard, kept))
+    slots = runs.shard_slots(settings, shard, shard, kept)
+    shared, groups = runs.slot_layout(slots)
+    # A scaled group decodes its twin and each multiplier token by token: a cache each.
+    arms = [1 + len(group) for group in runs.scaled_groups(slots).values()]
     if not groups:  # the link's rings are made by the first repeated copy: none at 1x
         ring = host_ring = 0
+    nll_check = device(0, staged, 0) + report["nll_check_bytes"]
     jobs = {
-        "gates": device(gate_slots, staged, 0),
+        "gates": max(
+            device(gate_slots, staged, 0, caches=2 if kept else 1),  # own block beside C = N
+            nll_check,  # the slots given back
+        ),
         "decode": max(
-            device(0, staged, 0),  # the model's own base NLL, before any slot
-            device(shared * layers, 0, 0),  # the 1x runs
-            device(max(groups, default=0) * layers, 0, ring),  # then each scaled group
+            nll_check,  # the model's own base NLL, before any slot
+            device(shared * layers, 0, 0),  # the 1x runs, one after another
+            *(device(g * layers, 0, ring, a) for g, a in zip(groups, arms, strict=True)),
         ),
     }
-    host = report["pinned_host_bytes"] + host_ring
+    # The gates run at 1x: only the decode job's scaled runs make the link's host ring.
+    hosts = {
+        "gates": report["pinned_host_bytes"],
+        "decode": report["pinned_host_bytes"] + host_ring,
+    }
     return {
         "reference_kept": kept,
         "job_device_peak_bytes": jobs,
         "device_peak_bytes": max(jobs.values()),
-        "host_peak_bytes": host,
+        "job_host_peak_bytes": hosts,
+        "host_peak_bytes": max(hosts.values()),
         # transformers reads the whole checkpoint into host memory first; each offloaded
         # layer's pinned copy is made (and its original freed) one layer at a time.
         "host_load_peak_bytes": report["total_weights_bytes"] + (n * expert if cuda else 0),
