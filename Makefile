@@ -21,7 +21,7 @@ $(STAMP): envs/requirements.txt envs/requirements-dev.txt envs/constraints.txt p
 # The main job: the whole DAG on the embedded default config, then its HTML report. Its
 # outputs (results/, figures/, report.html) are ignored by git: it leaves tracked files alone.
 run: venv
-	snakemake all --cores 1 --resources gpu=1
+	snakemake all --cores all --resources gpu=1
 	snakemake --report report.html
 
 # Publish a finished run: its final tables, figures and numbers from figures/ into

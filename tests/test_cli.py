@@ -230,3 +230,25 @@ def test_the_top_level_help_and_every_subcommands_help_exit_0(capsys):
             cli.main(argv)
         assert exit_.value.code == 0, argv
     assert "usage: moecache" in capsys.readouterr().out
+
+
+def test_the_replay_and_report_stages_import_no_torch():
+    """Jobs that need no model (replay, bounds, tables, figures, the scorecard) start without
+    torch or transformers: seconds a job on a pipeline of a hundred jobs."""
+    import subprocess
+    import sys
+
+    modules = [
+        "moecache.cli",
+        "moecache.replay.engine",
+        "moecache.replay.tiers",
+        "moecache.replay.lp",
+        "moecache.report.claims",
+        "moecache.report.numbers",
+        "moecache.report.figures",
+        "moecache.report.tables.table1",
+    ]
+    code = "import sys; " + "; ".join(f"import {m}" for m in modules)
+    code += "; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

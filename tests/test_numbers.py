@@ -37,8 +37,8 @@ def write_json(path: Path, data: dict) -> None:
     write(path, json.dumps(data))
 
 
-def bench(path: Path, seconds: float) -> None:
-    write(path, BENCH_HEADER + f"{seconds}\t0:00:00\t1\t1\t1\t1\t0\t0\t50\t1\n")
+def bench(path: Path, seconds: float, cpu: float = 1.0) -> None:
+    write(path, BENCH_HEADER + f"{seconds}\t0:00:00\t1\t1\t1\t1\t0\t0\t50\t{cpu}\n")
 
 
 def totals(**given) -> dict:
@@ -224,8 +224,9 @@ def test_sections_render_the_numbers_in_the_files(workdir):
     assert "| not run: no foresight k = 16 |" in claims
     assert "2 claims: holds 1, differs 0, not comparable 0, not run 1." in claims
     runtime = sections["runtime"]
-    assert "| decode | 2 | 1 min 10 s | 30.0 s to 40.0 s |" in runtime
-    assert "| all jobs | 4 | **4 min 16 s** |" in runtime and "999" not in runtime
+    assert "| decode | 2 | 1 min 10 s | 2.0 s | 30.0 s to 40.0 s |" in runtime
+    assert "| all jobs | 4 | **4 min 16 s** | 4.0 s |" in runtime and "999" not in runtime
+    assert "of the jobs' CPU time, on " in runtime and " cores." in runtime
 
 
 def gpu_check_file(path: Path, device: str) -> Path:
@@ -258,7 +259,7 @@ def test_a_changed_number_changes_its_section_only(workdir):
     bench(workdir / "benchmarks/decode/a.tsv", 90.0)
     after = numbers.build(workdir)
     assert "| lfu | 25.0% | 6,000 |" in after["replay"] and "39.9%" not in after["replay"]
-    assert "| decode | 2 | 2 min 10 s |" in after["runtime"]
+    assert "| decode | 2 | 2 min 10 s | 2.0 s |" in after["runtime"]
     assert {name for name in before if before[name] != after[name]} == {"replay", "runtime"}
 
 

@@ -75,3 +75,35 @@ GPU_CHECKS = [
 for path in GPU_CHECKS:
     if not Path(path).exists():
         sys.exit(f"config error: config key report.devices: no GPU check {path}")
+
+
+def timed_threads():
+    """A job whose output holds a timing claims every local core, so that it runs alone and
+    no other job shares the machine while it is timed (untimed jobs run side by side on
+    `--cores all`); on a cluster, or without --cores, the threads it uses (harness.threads):
+    its node's cores are the profile's to give."""
+    try:
+        cores = workflow.cores if workflow.local_exec else None
+    except WorkflowError:  # no --cores given (a lint or a dry run)
+        cores = None
+    return max(cores or 1, config["harness"]["threads"])
+
+
+# What Snakemake exports as a job's threads (snakemake/shell.py), for the math libraries.
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
+def timed(command, threads=None):
+    """A timed job's command with the math libraries' threads those it ran with before it
+    claimed every core (default harness.threads): Snakemake exports the claimed threads,
+    which would change its arithmetic and its timings."""
+    threads = threads or config["harness"]["threads"]
+    pins = " ".join(f"{name}={threads}" for name in THREAD_VARIABLES)
+    return f"env {pins} {command}"

@@ -56,7 +56,7 @@ rule controller_sweep:
         "benchmarks/controller/sweep/{sweep}.tsv"
     conda:
         CONDA_ENV
-    threads: config["harness"]["threads"]
+    threads: timed_threads()
     resources:
         gpu=1,
     params:
@@ -65,10 +65,12 @@ rule controller_sweep:
         point=sweep_point,
         multiplier=lambda wildcards: sweep_of(wildcards).multiplier,
     shell:
-        "moecache controller-sweep --settings {params.settings:q} --model {params.model:q}"
-        f" --sequences {{input.sequences}} --shard {FIRST_SHARD} --gates {{input.gates}}"
-        " --point {params.point} --multiplier {params.multiplier} --heads {input.heads}"
-        " --out-dir {output} > {log} 2>&1"
+        timed(
+            "moecache controller-sweep --settings {params.settings:q} --model {params.model:q}"
+            f" --sequences {{input.sequences}} --shard {FIRST_SHARD} --gates {{input.gates}}"
+            " --point {params.point} --multiplier {params.multiplier} --heads {input.heads}"
+            " --out-dir {output} > {log} 2>&1"
+        )
 
 
 rule controller_longer:
@@ -86,16 +88,18 @@ rule controller_longer:
         "benchmarks/controller/longer.tsv"
     conda:
         CONDA_ENV
-    threads: config["harness"]["threads"]
+    threads: timed_threads()
     resources:
         gpu=1,
     params:
         settings=settings("corpus", "model", "harness", "controller"),
         model=built_or_pretrained("model"),
     shell:
-        "moecache controller-longer --settings {params.settings:q} --model {params.model:q}"
-        f" --sequences {{input.sequences}} --shard {LAST_SHARD} --gates {{input.gates}}"
-        " --heads {input.heads} --out-dir {output} > {log} 2>&1"
+        timed(
+            "moecache controller-longer --settings {params.settings:q} --model {params.model:q}"
+            f" --sequences {{input.sequences}} --shard {LAST_SHARD} --gates {{input.gates}}"
+            " --heads {input.heads} --out-dir {output} > {log} 2>&1"
+        )
 
 
 rule table_controller:

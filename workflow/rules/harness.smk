@@ -22,15 +22,17 @@ rule gates:
         "benchmarks/gates/{shard}.tsv"
     conda:
         CONDA_ENV
-    threads: config["harness"]["threads"]
+    threads: timed_threads()
     resources:
         gpu=1,
     params:
         settings=settings("model", "harness"),
         model=built_or_pretrained("model"),
     shell:
-        "moecache gates --settings {params.settings:q} --model {params.model:q}"
-        " --sequences {input.sequences} --out {output} > {log} 2>&1"
+        timed(
+            "moecache gates --settings {params.settings:q} --model {params.model:q}"
+            " --sequences {input.sequences} --out {output} > {log} 2>&1"
+        )
 
 
 # harness.fan_out: `shard` decodes every run of a shard in one job (interleaving keeps
@@ -53,17 +55,19 @@ if FAN_OUT == "shard":
             "benchmarks/decode/{shard}.tsv"
         conda:
             CONDA_ENV
-        threads: config["harness"]["threads"]
+        threads: timed_threads()
         resources:
             gpu=1,
         params:
             settings=settings("model", "harness"),
             model=built_or_pretrained("model"),
         shell:
-            "moecache decode --settings {params.settings:q} --model {params.model:q}"
-            " --sequences {input.sequences} --shard {wildcards.shard}"
-            f" --first-shard {FIRST_SHARD} --gates {{input.gates}} --out-dir {{output}}"
-            " > {log} 2>&1"
+            timed(
+                "moecache decode --settings {params.settings:q} --model {params.model:q}"
+                " --sequences {input.sequences} --shard {wildcards.shard}"
+                f" --first-shard {FIRST_SHARD} --gates {{input.gates}} --out-dir {{output}}"
+                " > {log} 2>&1"
+            )
 
     rule run_results:
         """One run's results file and trace, from its shard's decode job."""
@@ -103,7 +107,7 @@ else:
             "benchmarks/decode/{shard}/{label}.tsv"
         conda:
             CONDA_ENV
-        threads: config["harness"]["threads"]
+        threads: timed_threads()
         resources:
             gpu=1,
         params:
@@ -114,11 +118,13 @@ else:
             out_dir=lambda wildcards, output: os.path.dirname(output.results),
             trace_dir=lambda wildcards, output: os.path.dirname(output.trace),
         shell:
-            "moecache decode --settings {params.settings:q} --model {params.model:q}"
-            " --sequences {input.sequences} --shard {wildcards.shard}"
-            f" --first-shard {FIRST_SHARD} --gates {{input.gates}}"
-            " --run {params.run} --multiplier {params.multiplier}"
-            " --out-dir {params.out_dir} --trace-dir {params.trace_dir} > {log} 2>&1"
+            timed(
+                "moecache decode --settings {params.settings:q} --model {params.model:q}"
+                " --sequences {input.sequences} --shard {wildcards.shard}"
+                f" --first-shard {FIRST_SHARD} --gates {{input.gates}}"
+                " --run {params.run} --multiplier {params.multiplier}"
+                " --out-dir {params.out_dir} --trace-dir {params.trace_dir} > {log} 2>&1"
+            )
 
 
 # Batched decoding on the first shard: under fan_out `shard` one job per batch size B
@@ -143,17 +149,19 @@ if FAN_OUT == "shard":
             batch="[0-9]+",
         conda:
             CONDA_ENV
-        threads: config["harness"]["threads"]
+        threads: timed_threads()
         resources:
             gpu=1,
         params:
             settings=settings("model", "harness"),
             model=built_or_pretrained("model"),
         shell:
-            "moecache decode-batched --settings {params.settings:q} --model {params.model:q}"
-            f" --sequences {{input.sequences}} --shard {FIRST_SHARD} --gates {{input.gates}}"
-            f" --trace {{input.trace}} --batch {{wildcards.batch}}"
-            f" --out-dir results/batched/{FIRST_SHARD} > {{log}} 2>&1"
+            timed(
+                "moecache decode-batched --settings {params.settings:q} --model {params.model:q}"
+                f" --sequences {{input.sequences}} --shard {FIRST_SHARD} --gates {{input.gates}}"
+                f" --trace {{input.trace}} --batch {{wildcards.batch}}"
+                f" --out-dir results/batched/{FIRST_SHARD} > {{log}} 2>&1"
+            )
 
 else:
 
@@ -176,18 +184,20 @@ else:
             prefill="[0-9]+",
         conda:
             CONDA_ENV
-        threads: config["harness"]["threads"]
+        threads: timed_threads()
         resources:
             gpu=1,
         params:
             settings=settings("model", "harness"),
             model=built_or_pretrained("model"),
         shell:
-            "moecache decode-batched --settings {params.settings:q} --model {params.model:q}"
-            " --sequences {input.sequences} --shard {wildcards.shard} --gates {input.gates}"
-            " --trace {input.trace} --batch {wildcards.batch} --run {wildcards.run}"
-            " --shape b{wildcards.batch}-{wildcards.batching}-p{wildcards.prefill}"
-            " --out-dir results/batched/{wildcards.shard} > {log} 2>&1"
+            timed(
+                "moecache decode-batched --settings {params.settings:q} --model {params.model:q}"
+                " --sequences {input.sequences} --shard {wildcards.shard} --gates {input.gates}"
+                " --trace {input.trace} --batch {wildcards.batch} --run {wildcards.run}"
+                " --shape b{wildcards.batch}-{wildcards.batching}-p{wildcards.prefill}"
+                " --out-dir results/batched/{wildcards.shard} > {log} 2>&1"
+            )
 
 
 rule probe_layers:
@@ -203,15 +213,17 @@ rule probe_layers:
         "benchmarks/probe/{shard}.tsv"
     conda:
         CONDA_ENV
-    threads: config["harness"]["threads"]
+    threads: timed_threads()
     resources:
         gpu=1,
     params:
         settings=settings("model", "harness"),
         model=built_or_pretrained("model"),
     shell:
-        "moecache probe-layers --settings {params.settings:q} --model {params.model:q}"
-        " --sequences {input.sequences} --gates {input.gates} --out {output} > {log} 2>&1"
+        timed(
+            "moecache probe-layers --settings {params.settings:q} --model {params.model:q}"
+            " --sequences {input.sequences} --gates {input.gates} --out {output} > {log} 2>&1"
+        )
 
 
 rule bandwidth:
@@ -225,14 +237,17 @@ rule bandwidth:
         "benchmarks/bandwidth/{device}.tsv"
     conda:
         CONDA_ENV
+    threads: timed_threads()
     resources:
         gpu=1,
     params:
         settings=settings("model", "harness"),
         model=built_or_pretrained("model"),
     shell:
-        "moecache bandwidth --settings {params.settings:q} --model {params.model:q}"
-        " --out {output} > {log} 2>&1"
+        timed(
+            "moecache bandwidth --settings {params.settings:q} --model {params.model:q}"
+            " --out {output} > {log} 2>&1"
+        )
 
 
 rule link_check:
@@ -248,15 +263,17 @@ rule link_check:
         "benchmarks/link/{device}.tsv"
     conda:
         CONDA_ENV
-    threads: config["harness"]["threads"]
+    threads: timed_threads()
     resources:
         gpu=1,
     params:
         settings=settings("model", "harness"),
         model=built_or_pretrained("model"),
     shell:
-        "moecache link-check --settings {params.settings:q} --model {params.model:q}"
-        " --sequences {input.sequences} --out {output} > {log} 2>&1"
+        timed(
+            "moecache link-check --settings {params.settings:q} --model {params.model:q}"
+            " --sequences {input.sequences} --out {output} > {log} 2>&1"
+        )
 
 
 # The tiers measured for real (issue 40 point 3; docs/tiers.md, "Measured in the harness"):
@@ -281,7 +298,7 @@ rule tiers_harness:
         f"benchmarks/tiers/harness-{DEVICE_TAG}.tsv"
     conda:
         CONDA_ENV
-    threads: config["harness"]["threads"]
+    threads: timed_threads()
     resources:
         gpu=1,
     params:
@@ -291,5 +308,7 @@ rule tiers_harness:
             f"--gpu-check {input.gpu_check[0]}" if input.gpu_check else ""
         ),
     shell:
-        "moecache tiers-harness --settings {params.settings:q} --model {params.model:q}"
-        " --sequences {input.sequences} --out {output} {params.gpu_check} > {log} 2>&1"
+        timed(
+            "moecache tiers-harness --settings {params.settings:q} --model {params.model:q}"
+            " --sequences {input.sequences} --out {output} {params.gpu_check} > {log} 2>&1"
+        )

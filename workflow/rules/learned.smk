@@ -97,7 +97,7 @@ rule learned_closed_loop:
         "benchmarks/learned/closed-loop/{shard}.tsv"
     conda:
         CONDA_ENV
-    threads: config["harness"]["threads"]
+    threads: timed_threads()
     resources:
         gpu=1,
     params:
@@ -107,9 +107,11 @@ rule learned_closed_loop:
             f"--causal {input.causal}" if "causal" in input.keys() else ""
         ),
     shell:
-        "moecache learned-closed-loop --settings {params.settings:q} --model {params.model:q}"
-        " --sequences {input.sequences} --shard {wildcards.shard} --gates {input.gates}"
-        " {params.causal} --out-dir {output} > {log} 2>&1"
+        timed(
+            "moecache learned-closed-loop --settings {params.settings:q} --model {params.model:q}"
+            " --sequences {input.sequences} --shard {wildcards.shard} --gates {input.gates}"
+            " {params.causal} --out-dir {output} > {log} 2>&1"
+        )
 
 
 rule learned_evaluate:
@@ -179,13 +181,15 @@ rule learned_causal_check:
         "benchmarks/learned/causal-check.tsv"
     conda:
         CONDA_ENV
-    threads: 1
+    threads: timed_threads()
     params:
         settings=settings("model", "harness", "learned"),
         traces=lambda wildcards: " ".join(
             f"{s}={TRACE.format(shard=s)}" for s in causal_loop_shards()
         ),
     shell:
-        "moecache learned-causal-check --settings {params.settings:q} --causal {input.causal}"
-        " --trace {params.traces} --closed-loop {input.closed} --bandwidth {input.bandwidth}"
-        " --out {output} > {log} 2>&1"
+        timed(
+            "moecache learned-causal-check --settings {params.settings:q} --causal {input.causal}"
+            " --trace {params.traces} --closed-loop {input.closed} --bandwidth {input.bandwidth}"
+            " --out {output} > {log} 2>&1"
+        )

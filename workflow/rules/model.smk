@@ -51,12 +51,14 @@ rule profile_model:
         "benchmarks/profile_model.tsv"
     conda:
         CONDA_ENV
-    threads: config["harness"]["threads"]
+    threads: timed_threads()
     resources:
         gpu=1,
     params:
         settings=settings("model", "harness"),
         model=built_or_pretrained("model"),
     shell:
-        "moecache profile-model --settings {params.settings:q} --model {params.model:q}"
-        " --sequences {input.sequences} --out {output} > {log} 2>&1"
+        timed(
+            "moecache profile-model --settings {params.settings:q} --model {params.model:q}"
+            " --sequences {input.sequences} --out {output} > {log} 2>&1"
+        )

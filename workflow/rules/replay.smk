@@ -196,10 +196,13 @@ rule benchmark_replay:
         "benchmarks/replay/benchmark.tsv"
     conda:
         CONDA_ENV
+    threads: timed_threads()
     params:
         settings=settings("replay"),
     shell:
-        "moecache benchmark-replay --settings {params.settings:q} --out {output} > {log} 2>&1"
+        timed(
+            "moecache benchmark-replay --settings {params.settings:q} --out {output} > {log} 2>&1"
+        )
 
 
 # Tiers (docs/tiers.md, issue 40 point 4): the trace run's demand replayed over a disk tier

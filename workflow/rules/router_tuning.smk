@@ -50,7 +50,7 @@ rule router_measure:
         "benchmarks/router_tuning/measure/{measured}.tsv"
     conda:
         CONDA_ENV
-    threads: ROUTER.get("threads", 1)
+    threads: timed_threads()
     resources:
         gpu=1,
     params:
@@ -58,9 +58,12 @@ rule router_measure:
         model=router_model_path,
         tokenizer=router_tokenizer_path,
     shell:
-        "moecache router-measure --settings {params.settings:q} --name {wildcards.measured}"
-        " --model {params.model:q} --tokenizer {params.tokenizer:q}"
-        " --sequences {input.sequences} --out {output} > {log} 2>&1"
+        timed(
+            "moecache router-measure --settings {params.settings:q} --name {wildcards.measured}"
+            " --model {params.model:q} --tokenizer {params.tokenizer:q}"
+            " --sequences {input.sequences} --out {output} > {log} 2>&1",
+            ROUTER.get("threads", 1),
+        )
 
 
 rule router_table3:

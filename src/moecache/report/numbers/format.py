@@ -90,11 +90,16 @@ def read(path: Path, what: str = "a results file") -> dict:
 
 def benchmark_seconds(path: Path) -> float:
     """A Snakemake benchmark's wall-clock seconds (the mean over its repeats)."""
+    return benchmark_times(path)[0]
+
+
+def benchmark_times(path: Path) -> tuple[float, float]:
+    """A Snakemake benchmark's (wall-clock seconds, CPU seconds), the means over its repeats."""
     import pandas as pd
 
     try:
         frame = pd.read_csv(path, sep="\t")
-        return float(frame["s"].mean())
+        return float(frame["s"].mean()), float(frame["cpu_time"].mean())
     except (OSError, KeyError, ValueError, pd.errors.ParserError) as error:
         raise MoecacheError(f"{path}: not a Snakemake benchmark ({error})") from None
 

@@ -5,6 +5,7 @@ stage. Each renders the rows and verdicts its table builder returns as fields.""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from moecache.errors import MoecacheError
 from moecache.records.io import read_dict
 from moecache.records.learned import LearnedEvaluation
 from moecache.report.numbers.format import (
-    benchmark_seconds,
+    benchmark_times,
     count,
     duration,
     fixed,
@@ -339,8 +340,11 @@ FAMILIES: list[tuple[str, Callable[[str], bool]]] = [
 
 
 def runtime_section(workdir: Path) -> str:
-    """Seconds per stage, summed over its jobs' Snakemake benchmarks (this section's own
-    job excluded: it is written after)."""
+    """Per stage, its jobs' wall-clock and CPU seconds summed over their Snakemake benchmarks
+    (this section's own job excluded: it is written after); then the run's wall time, from
+    the first job's start to the last one's end (each benchmark is written as its job ends:
+    its file's time less its seconds), and the cores it had, so that a run on another
+    machine, or with untimed jobs side by side, can be compared by CPU time."""
     root = workdir / "benchmarks"
     found = sorted(
         path.relative_to(root).as_posix()
@@ -349,16 +353,31 @@ def runtime_section(workdir: Path) -> str:
     )
     if not found:
         raise MoecacheError(f"{root}: no benchmarks (run the pipeline)")
-    seconds = {path: benchmark_seconds(root / path) for path in found}
-    rows, total = [], 0.0
+    times = {path: benchmark_times(root / path) for path in found}
+    rows, total, cpu = [], 0.0, 0.0
     for family, member in FAMILIES:
         jobs = [path for path in found if member(path)]
         found = [path for path in found if path not in jobs]
         if not jobs:
             continue
-        times = [seconds[path] for path in jobs]
-        total += sum(times)
-        spread = f"{duration(min(times))} to {duration(max(times))}" if len(times) > 1 else ""
-        rows.append((family, str(len(jobs)), duration(sum(times)), spread))
-    rows.append(("all jobs", str(len(seconds)), f"**{duration(total)}**", ""))
-    return table(("stage", "jobs", "time (sum of `benchmarks/`)", "per job"), rows)
+        walls = [times[path][0] for path in jobs]
+        cpus = [times[path][1] for path in jobs]
+        total, cpu = total + sum(walls), cpu + sum(cpus)
+        spread = f"{duration(min(walls))} to {duration(max(walls))}" if len(walls) > 1 else ""
+        rows.append((family, str(len(jobs)), duration(sum(walls)), duration(sum(cpus)), spread))
+    rows.append(("all jobs", str(len(times)), f"**{duration(total)}**", duration(cpu), ""))
+    header = ("stage", "jobs", "time (sum of `benchmarks/`)", "CPU time", "per job")
+    return "\n\n".join([table(header, rows), run_span(root, times)])
+
+
+def run_span(root: Path, times: dict[str, tuple[float, float]]) -> str:
+    """One line: the run's wall time (first start to last end), its jobs' CPU time, and the
+    cores of the machine the report was made on (the run's)."""
+    ends = {path: (root / path).stat().st_mtime for path in times}
+    wall = max(ends.values()) - min(ends[path] - times[path][0] for path in times)
+    cpu = sum(cpu for _, cpu in times.values())
+    cores = len(os.sched_getaffinity(0))
+    return (
+        f"The run: {duration(wall)} of wall time from its first job's start to its last "
+        f"job's end, {duration(cpu)} of the jobs' CPU time, on {cores} cores."
+    )
