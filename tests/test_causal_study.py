@@ -121,7 +121,10 @@ def test_the_scorecard_row_and_the_numbers_read_the_study(study, tmp_path):
     shown = len(study_record.capacities)  # the first shard at every capacity in the value
     assert shown > 1 and found.value == f"{'; '.join(texts[:shown])} ({rule})"
     assert found.elsewhere == texts[shown:]
-    assert found.verdict == ("holds" if meets else "differs")
+    # Decided where every interval clears half of the gap; undecided where one straddles it.
+    below, straddling = report.target_calls(study_record)
+    expected = "differs" if below else "undecided" if straddling else "holds"
+    assert found.verdict == expected and (expected != "holds" or meets)
     section = causal_section(tmp_path / "results/learned/causal.json")
     assert f"Best: {rule}" in section and "| next-use-permuted |" in section
 
@@ -296,5 +299,5 @@ def test_the_table_part_and_the_scorecard_show_the_check(study, checked, tmp_pat
     shutil.copy(path, tmp_path / "results/learned/causal.json")
     write_record(tmp_path / "results/learned/causal-check.json", record)
     found = claim_checks.causal_rule(Results(tmp_path))
-    assert found.why.startswith("closed-loop copies = replay copies (a ")
+    assert "closed-loop copies = replay copies (a " in found.why
     assert "results/learned/causal-check.json" in found.sources

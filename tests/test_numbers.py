@@ -222,7 +222,7 @@ def test_sections_render_the_numbers_in_the_files(workdir):
     claims = sections["claims"]
     assert "| 2.1x | 2.20x | C = 32 of 64 | C = 16: 1.52x | ±10% | **holds** |" in claims
     assert "| not run: no foresight k = 16 |" in claims
-    assert "2 claims: holds 1, differs 0, not comparable 0, not run 1." in claims
+    assert "2 claims: holds 1, differs 0, undecided 0, not comparable 0, not run 1." in claims
     runtime = sections["runtime"]
     assert "| decode | 2 | 1 min 10 s | 2.0 s | 30.0 s to 40.0 s |" in runtime
     assert "| all jobs | 4 | **4 min 16 s** | 4.0 s |" in runtime and "999" not in runtime
@@ -413,7 +413,7 @@ def test_the_summary_block_is_refreshed_from_the_claims_csv_beside_the_sections(
     assert summary_of(text) == (
         "- **holds**: farthest-future copies fewer. Paper: 2.1x. This run: 2.20x.\n"
         "- not run: 16 tokens. Paper: 96%. This run: not run.\n\n"
-        "2 claims: holds 1, differs 0, not comparable 0, not run 1."
+        "2 claims: holds 1, differs 0, undecided 0, not comparable 0, not run 1."
     )
     # From the results themselves (their figures/claims.csv) the same.
     cli.main(["numbers", "--workdir", str(workdir), "--readme", str(readme)])

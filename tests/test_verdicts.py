@@ -128,3 +128,57 @@ def test_longer_sequences_move_the_gap_toward_the_controller_or_away(whole, towa
     assert (g.controller, g.other) == ("controller-t50", "dwell-16")
     assert g.in_pieces == pytest.approx(0.1) and g.whole == pytest.approx(whole)
     assert g.toward_controller is toward
+
+
+# Power (report/evidence.py): the numbers the scorecard's undecided verdict is made of.
+
+
+def test_a_trend_rises_only_beyond_its_own_noise():
+    from moecache.report.evidence import steps_to_show, t95, trend
+
+    assert t95(2) == pytest.approx(4.303, abs=1e-3) and t95(30) == pytest.approx(2.042, abs=1e-3)
+    assert trend([0.5, 0.6]) is None  # two steps: no noise to measure
+    rising = trend([0.40, 0.44, 0.47, 0.52, 0.55, 0.60])
+    assert rising.rises and not rising.falls and rising.slope == pytest.approx(0.04, abs=0.002)
+    published = trend([0.468, 0.554, 0.453, 0.444])  # the published hit router's log
+    assert not published.rises and (published.start, published.end) == (0.468, 0.444)
+    assert published.text().startswith("0.468 -> 0.444 over 4 steps, slope -0.017 a step [")
+    assert published.slope < 0  # it fell: no length of training at this slope shows a rise
+    slow = trend([0.50, 0.49, 0.53, 0.50, 0.54, 0.51])
+    needed = steps_to_show(slow)
+    assert not slow.rises and needed > 6
+    # At that many steps the same slope and scatter clear 0.
+    longer = [0.50 + slow.slope * i + (0.02 if i % 2 else -0.02) for i in range(needed * 2)]
+    assert trend(longer).rises
+
+
+def test_a_plateau_is_flat_within_a_tenth_of_the_fall_by_its_whole_interval():
+    from moecache.report.evidence import plateau
+
+    assert plateau([6.0, 5.9, 5.8, 5.7, 5.6]) is None  # a half of 2 steps
+    flat = plateau([5.0 + 0.6**i + 0.003 * (-1) ** i for i in range(40)])
+    assert flat.whole.falls and flat.reached
+    falling = plateau([6.0 - 0.05 * i + 0.02 * (-1) ** i for i in range(10)])
+    assert falling.whole.falls and not falling.reached
+    assert falling.steps_needed() > 10
+    never = plateau([6.0, 6.1, 5.9, 6.0, 6.1, 5.9, 6.0, 6.0])
+    assert not never.whole.falls and not never.reached and never.steps_needed() is None
+
+
+def test_sizes_that_would_decide():
+    from moecache.report.evidence import (
+        about,
+        pairs_to_tell_apart,
+        questions_to_clear,
+        size_to_clear,
+        straddles,
+    )
+
+    # 1/3 right against chance 1/4: the normal interval's half-width below 1/12.
+    assert questions_to_clear(1 / 3, 0.25) == 123 and questions_to_clear(0.25, 0.25) is None
+    assert pairs_to_tell_apart(0.5, 0.05) == 385 and pairs_to_tell_apart(0.5, 0) is None
+    # Next-use's published 50.1% [47.3, 52.6] on 16 sequences against half the gap.
+    assert straddles([0.473, 0.526], 0.5) and not straddles([0.506, 0.59], 0.5)
+    assert size_to_clear(16, 0.501, [0.473, 0.526], 0.5) == 12544
+    assert size_to_clear(16, 0.45, [0.40, 0.52], 0.5) == 32  # 16 x (0.07 / 0.05)^2, up
+    assert about(12544) == "about 12,544" and about(None) == "no size"

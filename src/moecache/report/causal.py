@@ -193,3 +193,25 @@ def best_rule(study: CausalStudy) -> tuple[str, list[str], bool]:
             )
             meets &= row["share"] >= TARGET and low > PAPER["learned scorers (paper)"]
     return best["rule"], texts, meets
+
+
+def target_calls(study: CausalStudy) -> tuple[list[str], list[str]]:
+    """The best rule's cells that its intervals decide against half of the gap (the whole
+    interval below it), and those they cannot decide (the interval straddles it), each as
+    'shard C = c: share [low, high]' with, for a straddling one, the sequences at which the
+    interval would clear half at this share (an interval narrows as one over the root of
+    the sequences)."""
+    from moecache.report.evidence import about, size_to_clear, straddles
+
+    below, straddling = [], []
+    for shard, by_c in study.best()["rows"].items():
+        for c, row in by_c.items():
+            low, high = row["interval"]
+            cell = f"{shard} C = {c}: {100 * row['share']:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
+            if high < TARGET:
+                below.append(cell)
+            elif straddles(row["interval"], TARGET):
+                n = len(study.shards[shard][c]["sequences"])
+                size = size_to_clear(n, row["share"], row["interval"], TARGET)
+                straddling.append(f"{cell}, {about(size)} sequences (here {n})")
+    return below, straddling

@@ -1,31 +1,51 @@
 """One function per claim of the paper: each reads its results files through `Results`
 and answers with this run's value, the setting, the verdict and the files (`Found`), or
-raises `Missing`. The tolerances are the verdicts' own; claims.CLAIMS states them."""
+raises `Missing`. The tolerances are the verdicts' own; claims.CLAIMS states them. Where
+the run's own evidence cannot decide a claim (a premise fails, or an interval straddles the
+tolerance), the verdict is `undecided` and `why` says why, with the size that would decide
+it (evidence.py's power section computes those sizes)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import PurePosixPath
 
+import numpy as np
+
+from moecache.intervals import paired_difference
 from moecache.records.accuracy import AccuracySummary
+from moecache.records.controller import HeadsLog
 from moecache.records.io import read_dict, read_run
 from moecache.records.learned import LearnedEvaluation
 from moecache.records.replay import OptimumSweep
-from moecache.records.router_tuning import TunedModel
+from moecache.records.router_tuning import TunedModel, TuningLog
 from moecache.report.evidence import (
     DIFFERS,
     PAPER_RATIO,
+    PLATEAU_SHARE,
+    UNDECIDED,
     Found,
     Missing,
+    Plateau,
     Results,
+    Trend,
+    about,
     at_capacity,
+    joined,
     judged,
     model_why,
     near,
+    pairs_to_tell_apart,
     pct,
+    questions_to_clear,
     runs_1x,
+    size_to_clear,
+    steps_to_show,
     verdict,
+    whole,
 )
-from moecache.runs import RunName, at_multiplier
+from moecache.report.verdicts.router_tuning import LEARNED_SERIES, SERIES_WORDS, learned_trend
+from moecache.runs import HeadsName, RunName, at_multiplier
 
 # ------------------------------------------------------------------------ replay claims
 
@@ -159,27 +179,61 @@ def cost_model_winner(r: Results) -> Found:
     if not scaled:
         raise Missing("no run repeated at a copy multiplier")
     full = [r.path(p) for p in (*runs, *scaled, *bandwidth)]
-    checks = tables.cost_model_part(full[: len(runs)], full[len(runs) : -1], full[-1:]).checks
-    found = {int(c["multiplier"]): c for c in checks if c.get("measured_winner")}
+    part = tables.cost_model_part(full[: len(runs)], full[len(runs) : -1], full[-1:])
+    found = {int(c["multiplier"]): c for c in part.checks if c.get("measured_winner")}
     wanted = [m for m in (10, 50) if m in found]
     if not wanted:
         raise Missing("no winner check at 10x or 50x")
-    agree = {m: winner_agrees(found[m]) for m in wanted}
+    timed = {(int(row["multiplier"]), row["run"]): row for row in part.rows}
+    calls = {m: winner_call(found[m], timed, m) for m in wanted}
     value = "; ".join(winner_text(m, found[m]) for m in wanted)
     why = "" if len(wanted) == 2 else f"runs repeated at {wanted[0]}x only"
+    sequences = len(read_run(r.path(scaled[0])).sequences_decoded)
+    too_small = ""
+    if False not in calls.values():  # a wrong pick told apart decides, whatever the rest
+        too_small = joined(
+            *(winner_power(m, found[m], timed, sequences) for m in wanted if calls[m] is None)
+        )
+    ok = all(calls.values())
+    found_verdict = judged(ok, why, too_small)
     return Found(
-        value, judged(all(agree.values()), why), "10x and 50x", why, [*runs, *scaled, *bandwidth]
+        value, found_verdict, "10x and 50x", joined(why, too_small), [*runs, *scaled, *bandwidth]
     )
 
 
-def winner_agrees(check: dict) -> bool:
-    """Equation (1) agrees with the measurement when it predicts the measured winner, or the
-    runner-up the measured winner is not told apart from (their 95% intervals overlap: the
-    measurement cannot rank the two, so neither choice contradicts it)."""
-    predicted = check["predicted_winner"]
-    if predicted == check["measured_winner"]:
-        return True
-    return predicted == check["runner_up"] and not check["told_apart"]
+def winner_pair(check: dict) -> tuple[str, str]:
+    """The two runs whose order decides the check: the measured winner and the runner-up
+    where equation (1) picked the winner, else the pick and the measured winner."""
+    if check["predicted_winner"] == check["measured_winner"]:
+        return check["measured_winner"], check["runner_up"]
+    return check["measured_winner"], check["predicted_winner"]
+
+
+def winner_call(check: dict, timed: dict, multiplier: int) -> bool | None:
+    """Whether equation (1) picked the measured winner, where the measurement can rank the
+    two runs that decide it (their 95% intervals apart); None where it cannot."""
+    first, other = (timed[(multiplier, run)] for run in winner_pair(check))
+    apart = first["measured_ms_hi"] < other["measured_ms_lo"]
+    if not apart:
+        return None
+    return check["predicted_winner"] == check["measured_winner"]
+
+
+def winner_power(multiplier: int, check: dict, timed: dict, sequences: int) -> str:
+    """Why the measurement cannot rank the two runs, and the sequences that would: an
+    interval narrows as one over the root of the sequences timed."""
+    rows = [timed[(multiplier, run)] for run in winner_pair(check)]
+    halves = sum((row["measured_ms_hi"] - row["measured_ms_lo"]) / 2 for row in rows)
+    gap = abs(rows[1]["measured_ms"] - rows[0]["measured_ms"])
+    size = None if gap == 0 else whole(sequences * (halves / gap) ** 2)
+    spans = " and ".join(
+        f"{row['run']} {row['measured_ms_lo']:.2f}-{row['measured_ms_hi']:.2f}" for row in rows
+    )
+    return (
+        f"at {multiplier}x the measurement cannot rank {rows[0]['run']} and {rows[1]['run']} "
+        f"(95% intervals {spans} ms a token, {sequences} sequences): {about(size)} sequences "
+        "would at this difference (harness.scaled_sequences)"
+    )
 
 
 def winner_text(multiplier: int, check: dict) -> str:
@@ -224,21 +278,30 @@ def learned_scorers(r: Results) -> Found:
 
 def causal_rule(r: Results) -> Found:
     """The best causal rule of the causal study (report/causal.py), at every capacity and
-    shard; holds when it reaches half the gap everywhere with its interval above 32.5%."""
+    shard; holds when its interval lies above half the gap everywhere, differs when it lies
+    below half anywhere, and is undecided where an interval straddles half."""
     from moecache.report import causal
 
     relative = "results/learned/causal.json"
     if not (r.workdir / relative).exists():
         raise Missing(f"no causal rules' study ({relative})")
     study = causal.read(r.path(relative))
-    rule, texts, meets = causal.best_rule(study)
+    rule, texts, _ = causal.best_rule(study)
+    below, straddling = causal.target_calls(study)
+    too_small = ""
+    if straddling and not below:
+        too_small = (
+            "the interval straddles half of the gap at "
+            + "; ".join(straddling)
+            + ": a shard of that many sequences would decide it (corpus.heldout.sequences)"
+        )
     shown = len(study.capacities)  # the first shard at every capacity; the others beside
     capacities = ", ".join(map(str, study.capacities))
     found = Found(
         f"{'; '.join(texts[:shown])} ({rule})",
-        verdict(meets),
+        judged(not below, "", too_small),
         f"C = {capacities}, every sequence",
-        "",
+        too_small,
         [relative],
     )
     found.elsewhere.extend(texts[shown:])
@@ -246,7 +309,7 @@ def causal_rule(r: Results) -> Found:
     if (r.workdir / checked).exists():
         check = causal.read_check(r.path(checked))
         if rule in check.cost["rules"]:
-            found.why = causal.check_words(check, rule)
+            found.why = joined(found.why, causal.check_words(check, rule))
             found.sources.append(checked)
     return found
 
@@ -321,7 +384,14 @@ def controller_t50(r: Results) -> Found:
     )
     why = model_why(r, runs_1x(r)[1])
     ok = near(ratio / 2.7, 1, 0.25)
-    return Found(value, verdict(ok), f"threshold 0.5, {objective}, seed mean", why, files)
+    too_small, logs = heads_power(r, objective)
+    return Found(
+        value,
+        judged(ok, "", too_small),
+        f"threshold 0.5, {objective}, seed mean",
+        joined(too_small, why),
+        [*files, *logs],
+    )
 
 
 def controller_high(r: Results) -> Found:
@@ -339,7 +409,53 @@ def controller_high(r: Results) -> Found:
             f"{row['threshold']:g}: {row['delta_nll']:+.3f} at {row['copies_per_token']:.2f}"
         )
     value = "; ".join(cells) + f" (simple policies at most {worst_simple:+.3f})"
-    return Found(value, verdict(ok), f"thresholds >= 0.8, {objective}", "", files)
+    too_small, logs = heads_power(r, objective)
+    setting = f"thresholds >= 0.8, {objective}"
+    return Found(value, judged(ok, "", too_small), setting, too_small, [*files, *logs])
+
+
+def heads_power(r: Results, objective: str) -> tuple[str, list[str]]:
+    """Why the controller's heads cannot decide its claims ('' where each unpriced heads
+    file of `objective`, the sweep's seed mean, trained to a plateau), and the logs read:
+    a controller still learning is not the controller the claims describe."""
+    from moecache.report.verdicts.controller import heads_plateau
+
+    folder = r.workdir / "results/controller/heads"
+    paths = [p for p in sorted(folder.glob(f"{objective}-s*.json")) if unpriced(p.stem)]
+    if not paths:
+        return f"no training log of the {objective} heads (results/controller/heads/)", []
+    reasons = []
+    for path in paths:
+        log = read_dict(path, HeadsLog)
+        reasons.append(plateau_words(path.stem, log["steps"], heads_plateau(log)))
+    return joined(*reasons), [p.relative_to(r.workdir).as_posix() for p in paths]
+
+
+def unpriced(name: str) -> bool:
+    return HeadsName.parse(name).price is None
+
+
+def plateau_words(name: str, steps: int, found: Plateau | None) -> str:
+    """Why a heads file's objective shows no plateau ('' where it does), with the steps of
+    training that would show one at the scatter its log shows."""
+    if found is None:
+        return f"the {name} heads trained {steps} steps, too few to tell a plateau (6 at least)"
+    if not found.whole.falls:
+        return (
+            f"the {name} heads' objective did not fall beyond its noise "
+            f"({found.whole.text()}): train until it does (controller.steps)"
+        )
+    if found.reached:
+        return ""
+    low, high = found.change
+    return (
+        f"the {name} heads trained {steps} steps and their objective was still moving over "
+        f"the last {found.tail.steps} ({low:+.3f} to {high:+.3f} by its 95% interval, a "
+        f"plateau within {found.tolerance:.3f}, {PLATEAU_SHARE:.0%} of its fall "
+        f"{found.whole.start:.3f} -> {found.whole.end:.3f}): train to a plateau "
+        f"(controller.steps; at this scatter {about(found.steps_needed())} steps would show "
+        "one, once it is flat)"
+    )
 
 
 def router_measured(r: Results) -> tuple[dict, list[str]]:
@@ -359,8 +475,13 @@ def router_copies(r: Results) -> Found:
         found["hit"]["teacher_forced"]["lru_steady"] / found["base"]["teacher_forced"]["lru_steady"]
         - 1
     )
+    too_small, logs = routers_learned(r, ["hit"])
     return Found(
-        f"{change:+.1%} LRU copies", verdict(near(change, 0, 0.02)), "lossless LRU", "", paths
+        f"{change:+.1%} LRU copies",
+        judged(near(change, 0, 0.02), "", too_small),
+        "lossless LRU",
+        too_small,
+        [*paths, *logs],
     )
 
 
@@ -374,16 +495,68 @@ def lfu_removes(r: Results) -> Found:
     low, high = min(removed.values()), max(removed.values())
     value = f"{pct(low)} to {pct(high)} ({len(removed)} routers)"
     ok = near(low, 0.135, 0.045) and near(high, 0.135, 0.045)  # every one in 9-18%
-    return Found(value, verdict(ok), "lossless, every variant", "", paths)
+    # Every router measured: the tuned ones must have learned for "every router" to mean
+    # more than the untuned one measured again.
+    too_small, logs = routers_learned(r, [name for name in LEARNED_SERIES if name in found])
+    setting = "lossless, every variant"
+    return Found(value, judged(ok, "", too_small), setting, too_small, [*paths, *logs])
+
+
+def routers_learned(r: Results, names: list[str]) -> tuple[str, list[str]]:
+    """Why the tuned routers `names` cannot decide a claim on routers tuned for cache hits
+    ('' where each one's training series rose beyond its noise: report/verdicts/
+    router_tuning.py), and the training logs read. A router that learned nothing copies
+    as many as before trivially."""
+    reasons, logs = [], []
+    for name in names:
+        relative = f"results/router_tuning/{name}/training.json"
+        if not (r.workdir / relative).exists():
+            reasons.append(f"no per-step training log of the {name} router ({relative})")
+            continue
+        log = read_dict(r.path(relative), TuningLog)
+        logs.append(relative)
+        reasons.append(rise_words(name, log["steps"], learned_trend(log)))
+    return joined(*reasons), logs
+
+
+def rise_words(name: str, steps: int, found: Trend | None) -> str:
+    """Why a router's training series shows no rise ('' where it rose beyond its noise),
+    with the steps that would show one at its slope and scatter."""
+    series = SERIES_WORDS[LEARNED_SERIES[name]]
+    if found is None:
+        return f"the {name} router trained {steps} steps, too few to tell its {series} from noise"
+    if found.rises:
+        return ""
+    more = (
+        f"; at this slope and scatter {about(steps_to_show(found))} steps"
+        if found.slope > 0
+        else ""
+    )
+    return (
+        f"the {name} router's {series} did not rise beyond its noise ({found.text()}): "
+        f"train until it does (router_tuning.steps{more})"
+    )
 
 
 TABLE2_ORDER = ("free", "oracle-set", "recent-use")
+# Table 2's order pair by pair: (higher, lower, strictly, the paper's gap between them),
+# from 0.484 >= 0.481 > 0.430 > 0.413 (App. §8); "learned" is the matched seeds' mean.
+TABLE2_PAIRS = (
+    ("free", "oracle-set", False, 0.003),
+    ("oracle-set", "recent-use", True, 0.051),
+    ("recent-use", "learned", True, 0.017),
+)
 
 
 def table2_order(r: Results) -> Found:
+    """Holds when each strict pair of Table 2's order is told apart in its direction (a
+    paired 95% interval over the questions above 0) and no pair is told apart against it;
+    differs when one is; undecided where free routing does not answer above chance or a
+    strict pair is not told apart, with the questions that would decide it."""
     paths = r.glob("results/accuracy/*/summary.json", "accuracy summaries")
-    chosen = next((p for p in paths if "/mmlu/" in p), paths[0])
-    summary = read_dict(r.path(chosen), AccuracySummary)
+    summaries = {p: read_dict(r.path(p), AccuracySummary) for p in paths}
+    chosen = table2_task(summaries)
+    summary = summaries[chosen]
     accuracy = {row["row"]: row["accuracy"] for row in summary["rows"]}
     learned = [v for k, v in accuracy.items() if k.endswith("-matched")]
     if not learned or any(name not in accuracy for name in TABLE2_ORDER):
@@ -392,11 +565,91 @@ def table2_order(r: Results) -> Found:
     value = " >= ".join(f"{a:.3f}" for a in order) + " (free, oracle, recent, learned)"
     task = summary["task"].removeprefix("moecache_")
     setting = f"task {task}, {summary['questions']} questions"
-    why = ""
-    if len(set(order)) == 1:
-        why = f"every row scores {order[0]:.3f} (chance {summary['chance']:.3f}): no ordering"
-    ok = all(a >= b for a, b in zip(order, order[1:], strict=False))
-    return Found(value, judged(ok, why), setting, why, [chosen])
+    premise = above_chance_words(summary)
+    if premise:
+        return Found(value, UNDECIDED, setting, premise, [chosen])
+    answers = str(PurePosixPath(chosen).with_name("questions.parquet"))
+    correct = question_answers(r, answers)
+    seed = (summary.get("settings") or {}).get("seed", 0)
+    calls = [pair_call(correct, pair, seed) for pair in TABLE2_PAIRS]
+    against = [said for call, said in calls if call is False]
+    too_small = "" if against else joined(*(said for call, said in calls if call is None))
+    ok = not against
+    return Found(
+        value, judged(ok, "", too_small), setting, joined(*against, too_small), [chosen, answers]
+    )
+
+
+def free_row(summary: dict) -> dict:
+    return next(row for row in summary["rows"] if row["row"] == "free")
+
+
+def table2_task(summaries: dict[str, dict]) -> str:
+    """The task the claim reads: the first (MMLU first, the paper's) whose free routing
+    answers above chance, else MMLU's or the first."""
+    paths = sorted(summaries, key=lambda p: "/mmlu/" not in p)
+    above = [p for p in paths if not above_chance_words(summaries[p])]
+    return (above or paths)[0]
+
+
+def above_chance_words(summary: dict) -> str:
+    """Why free routing's answers cannot order Table 2 ('' where its 95% interval lies
+    above chance), with the questions that would lift it clear at its accuracy."""
+    free = free_row(summary)
+    low, high = free["accuracy_ci"]
+    chance = summary["chance"]
+    if low > chance:
+        return ""
+    n = questions_to_clear(free["accuracy"], chance)
+    size = (
+        f"{about(n)} questions would clear chance at this accuracy"
+        if n
+        else "score a task it answers above chance"
+    )
+    return (
+        f"free routing does not answer above chance ({free['accuracy']:.3f} [{low:.3f}, "
+        f"{high:.3f}] on {summary['questions']} questions, chance {chance:.3f}): "
+        f"{size} (accuracy.tasks)"
+    )
+
+
+def question_answers(r: Results, relative: str) -> dict[str, np.ndarray]:
+    """Each Table 2 row's correctness per question (in free routing's order of the
+    questions), the matched learned seeds averaged into `learned`."""
+    import pandas as pd
+
+    if not (r.workdir / relative).exists():
+        raise Missing(f"no per-question answers ({relative})")
+    frame = pd.read_parquet(r.path(relative), columns=["row", "question", "correct"])
+    table = frame.pivot(index="question", columns="row", values="correct").astype(float)
+    table = table.loc[frame.loc[frame["row"] == "free", "question"]]
+    found = {name: table[name].to_numpy() for name in TABLE2_ORDER}
+    matched = [name for name in table.columns if name.endswith("-matched")]
+    found["learned"] = table[matched].mean(axis=1).to_numpy()
+    return found
+
+
+def pair_call(correct: dict, pair: tuple, seed: int) -> tuple[bool | None, str]:
+    """One pair of Table 2's order on the same questions: False with why where the paired
+    interval puts the lower row above, True where it puts the higher above (or, for >=,
+    not below), None with the questions that would tell them apart otherwise."""
+    higher, lower, strictly, paper_gap = pair
+    a, b = correct[higher], correct[lower]
+    ones = np.ones_like(a)
+    point, (low, high) = paired_difference(a, ones, b, ones, seed)
+    shown = f"{higher} - {lower} {point:+.3f} [{low:+.3f}, {high:+.3f}]"
+    if high < 0:
+        return False, f"{shown}: {lower} above {higher} by its whole interval"
+    if low > 0 or not strictly:
+        return True, ""
+    # A difference on the claim's side decides at its own size; none, at the paper's.
+    gap = point if point > 0 else paper_gap
+    diffs = a - b
+    scatter = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else 0.0
+    if scatter == 0:  # every question alike: the scatter of two independent rows
+        scatter = float(np.sqrt(a.mean() * (1 - a.mean()) + b.mean() * (1 - b.mean())))
+    n = pairs_to_tell_apart(scatter, gap)
+    return None, f"{shown}: {about(n)} questions would tell apart a gap of {gap:.3f}"
 
 
 def dp_greedy(r: Results) -> Found:
@@ -421,11 +674,41 @@ def dwell_window(r: Results) -> Found:
         f"{a.run} {a.delta_nll:+.3f} at rho {a.rho:.2f} against {b.run} "
         f"{b.delta_nll:+.3f} at rho {b.rho:.2f}"
     )
-    # Copies compare only at the same k (a longer dwell copies less whatever its window).
+    # Copies compare only at the same k (a longer dwell copies less whatever its window);
+    # they are exact counts, so only the loss has an interval to weigh.
     same_k = long[1] == short[1]
-    ok = a.delta_nll < b.delta_nll and (not same_k or a.rho < b.rho)
-    why = "" if same_k else "different k: loss compared, copies not"
-    return Found(value, verdict(ok), "1x, first shard", why, paths)
+    lower, said = lower_loss(r, a, b)
+    too_small = said if lower is None else ""
+    if same_k and a.rho >= b.rho:  # more copies: the claim fails whatever the loss says
+        lower, too_small = False, ""
+    note = "" if same_k else "different k: loss compared, copies not"
+    return Found(
+        value, judged(bool(lower), "", too_small), "1x, first shard", joined(too_small, note), paths
+    )
+
+
+def lower_loss(r: Results, a, b) -> tuple[bool | None, str]:
+    """Whether run `a` loses less than run `b` by a paired 95% interval over the sequences
+    both decoded (their NLL per sequence); None with the sequences that would tell."""
+    rows_a = {row.sequence: row for row in read_run(r.path(a.path)).sequences}
+    rows_b = {row.sequence: row for row in read_run(r.path(b.path)).sequences}
+    both = sorted(set(rows_a) & set(rows_b))
+    if not both:
+        return None, f"{a.run} and {b.run} share no decoded sequence to pair their losses on"
+    point, interval = paired_difference(
+        [rows_a[s].nll_sum for s in both],
+        [rows_a[s].scored for s in both],
+        [rows_b[s].nll_sum for s in both],
+        [rows_b[s].scored for s in both],
+    )
+    if interval[1] < 0 or interval[0] > 0:
+        return interval[1] < 0, ""
+    size = size_to_clear(len(both), point, interval, 0.0)
+    return None, (
+        f"{a.run} - {b.run} NLL {point:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}] on "
+        f"{len(both)} sequences: {about(size)} sequences would tell them apart "
+        "(corpus.heldout.sequences)"
+    )
 
 
 def mean_interval(r: Results) -> Found:

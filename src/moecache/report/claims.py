@@ -3,9 +3,10 @@ order, each answered from a run's results files at the matching setting (claim_c
 
 A row is data: the claim, where the paper makes it, the paper's value, this run's, the
 setting it was read at (capacity, multiplier, threshold), the tolerance and the verdict
-(`holds`, `differs`, `not comparable` with why, or `not run` where an input is missing),
-with the files it came from. Rendering (claims.md, the README's block) comes afterwards and
-reads only these fields.
+(`holds`, `differs`, `undecided` where its own check finds the evidence too small to
+decide it, with why and the size that would, `not comparable` with why, or `not run`
+where an input is missing), with the files it came from. Rendering (claims.md, the
+README's block) comes afterwards and reads only these fields.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from moecache.report.evidence import (
     NOT_COMPARABLE,
     NOT_RUN,
     PAPER_MODEL,
+    UNDECIDED,
+    VERDICTS,
     Found,
     Missing,
     Results,
@@ -97,7 +100,7 @@ CLAIMS = [
         "equation (1) picks the measured winner at 10x and 50x",
         "§1; §3.1",
         "agrees at both",
-        "same run; the runner-up counts when not told apart",
+        "same run; the two runs that decide it told apart (95% intervals)",
         check.cost_model_winner,
     ),
     Claim(
@@ -113,7 +116,7 @@ CLAIMS = [
         "best causal rule, share of the gap at every capacity (held out)",
         "§3.2; App. §7 (issue 41)",
         "26.9% (decayed frequency), 32.5% (learned)",
-        ">= 50% at every C, interval above 32.5%",
+        ">= 50% at every C by its whole 95% interval",
         check.causal_rule,
     ),
     Claim(
@@ -130,7 +133,7 @@ CLAIMS = [
         "controller at 0.5 copies 2.7x Dwell-16's at similar loss",
         "§3.3",
         "2.7x (+0.076 vs +0.067)",
-        "±25% of 2.7x",
+        "±25% of 2.7x; heads trained to a plateau",
         check.controller_t50,
     ),
     Claim(
@@ -138,7 +141,7 @@ CLAIMS = [
         "thresholds 0.8-0.9 lower traffic only with large losses",
         "§3.3",
         "+0.238, +0.350 (simple <= +0.110)",
-        "lower traffic => loss above all simple",
+        "lower traffic => loss above all simple; heads trained to a plateau",
         check.controller_high,
     ),
     Claim(
@@ -146,7 +149,7 @@ CLAIMS = [
         "router fine-tuned for cache hits copies as many as before",
         "§3.3; App. §9",
         "+0.4% (32,050 vs 31,915)",
-        "±2%",
+        "±2%; its simulated hit rate rose beyond its noise",
         check.router_copies,
     ),
     Claim(
@@ -154,7 +157,7 @@ CLAIMS = [
         "Dwell's longer window lowers loss (and copies)",
         "Table 1; App. §5, §10",
         "+0.067 vs +0.085; +0.073 vs +0.150",
-        "lower loss",
+        "lower loss by a paired 95% interval",
         check.dwell_window,
     ),
     Claim(
@@ -211,7 +214,7 @@ CLAIMS = [
         "fixed-set accuracy ordering: free >= oracle > recent > learned",
         "App. §8, Table 2",
         "0.484 >= 0.481 > 0.430 > 0.413",
-        "same order",
+        "same order, strict pairs told apart (paired 95%); free above chance",
         check.table2_order,
     ),
     Claim(
@@ -219,7 +222,7 @@ CLAIMS = [
         "decayed frequency removes 12-15% of every router's copies",
         "App. §9, Table 3",
         "12-15%",
-        "each within 9-18%",
+        "each within 9-18%; every tuned router's training rose beyond its noise",
         check.lfu_removes,
     ),
 ]
@@ -380,6 +383,10 @@ def shown_sources(sources: str) -> str:
     return ", ".join(f"`{d}/`" for d in folders) + f" ({len(files)} files)"
 
 
+# Verdicts whose why says why the claim was not judged: it follows a colon.
+EXPLAINED = (UNDECIDED, NOT_COMPARABLE, NOT_RUN)
+
+
 def markdown_table(rows: list[dict]) -> str:
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|")
@@ -387,9 +394,7 @@ def markdown_table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "| " + " | ".join("---" for _ in HEADER) + " |"]
     for r in rows:
         # Why a claim could not be judged follows a colon; a note on a judged one, brackets.
-        note = r["why"] and (
-            f": {r['why']}" if r["verdict"] in (NOT_COMPARABLE, NOT_RUN) else f" ({r['why']})"
-        )
+        note = r["why"] and (f": {r['why']}" if r["verdict"] in EXPLAINED else f" ({r['why']})")
         said = r["verdict"] + note
         cells = [
             r["claim"],
@@ -407,9 +412,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def tally(rows: list[dict]) -> str:
-    counts = {
-        v: sum(r["verdict"] == v for r in rows) for v in (HOLDS, DIFFERS, NOT_COMPARABLE, NOT_RUN)
-    }
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
     return f"{len(rows)} claims: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + "."
 
 
@@ -422,8 +425,11 @@ CAPTION = (
     "One row per quantitative claim of the paper, in the paper's order: where the paper "
     "makes it, its value, this run's value at the matching setting (replay claims at the "
     "paper's ratio C = N/2 where `replay.capacities` has it), the tolerance the verdict "
-    "uses and the verdict. `not comparable` says why (a tiny model's NLL scale, a capacity "
-    "or multiplier this run lacks); `not run`: this run has no results for it. Every value "
+    "uses and the verdict. `undecided` says why the run's own evidence cannot decide the "
+    "claim (a tuned router that did not learn, a controller still learning, answers at "
+    "chance, an interval across the tolerance) and what size would; `not comparable` says "
+    "why (a tiny model's NLL scale, a capacity or multiplier this run lacks); `not run`: "
+    "this run has no results for it. Every value "
     "is read from the files named in the last column (`claims.csv` lists each file)."
 )
 

@@ -4,8 +4,9 @@
 each block may live in any one of those files, and every section must have a block.
 
 A `<!-- summary:claims -->` ... `<!-- /summary:claims -->` block (the README's) is the
-scorecard's summary: per claim its verdict, the paper's value and this run's, rendered from
-the scorecard's claims.csv (the `claims` block, in docs/, holds the full table)."""
+scorecard's summary: per claim its verdict, the paper's value and this run's (and, where it
+is undecided, the first clause of why), rendered from the scorecard's claims.csv (the
+`claims` block, in docs/, holds the full table)."""
 
 from __future__ import annotations
 
@@ -39,10 +40,17 @@ def claims_summary(path: str | Path) -> str:
     items = []
     for r in rows:
         verdict = f"**{r['verdict']}**" if r["verdict"] == claims.HOLDS else r["verdict"]
-        items.append(
-            wrapped(f"- {verdict}: {r['claim']}. Paper: {r['paper']}. This run: {r['this_run']}.")
-        )
+        item = f"- {verdict}: {r['claim']}. Paper: {r['paper']}. This run: {r['this_run']}."
+        if r["verdict"] == claims.UNDECIDED:  # the reader needs why; the sizes are in docs/
+            item += f" Why: {first_clause(r['why'])}."
+        items.append(wrapped(item))
     return "\n".join(items) + f"\n\n{claims.tally(rows)}"
+
+
+def first_clause(why: str) -> str:
+    """A reason's first clause, before its numbers (the README has room for no more; the
+    full reason, with the size that would decide, is in claims.md)."""
+    return re.split(r" \(|: |; ", why, maxsplit=1)[0]
 
 
 def wrapped(item: str, width: int = SUMMARY_WIDTH) -> str:

@@ -88,6 +88,9 @@ def causal_section(path: Path) -> str:
         "Half of the gap at every capacity with the interval above the paper's 32.5%: "
         f"{yes(meets)}."
     )
+    below, straddling = causal.target_calls(causal.read(path))
+    if straddling and not below:  # the scorecard's verdict: undecided, not holds
+        verdict += f" Its interval straddles half at {'; '.join(straddling)}: undecided."
     return "\n\n".join((table(header, rows), verdict))
 
 

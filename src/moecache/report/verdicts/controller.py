@@ -1,13 +1,16 @@
 """How the learned controller compares with the simple restricting policies decoded on the
 same sequences: at matched traffic (their losses), at matched quality (their copies), and
 on sequences longer than it was trained on. Decided here, on the sweep's and the longer
-test's results; rendered by the report (moecache.report.controller)."""
+test's results; rendered by the report (moecache.report.controller). And whether a heads
+file's training reached a plateau, which the scorecard's controller claims need."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import pandas as pd
+
+from moecache.report.evidence import Plateau, plateau
 
 
 @dataclass(frozen=True)
@@ -110,3 +113,9 @@ def longer(summary: dict) -> list[Longer]:
         for name in controllers
         for other in others
     ]
+
+
+def heads_plateau(log: dict) -> Plateau | None:
+    """Whether a heads file's training objective (HeadsLog as a dict: one value a step)
+    reached a plateau (None: under 6 steps, too few to tell)."""
+    return plateau([entry["objective"] for entry in log["log"]])

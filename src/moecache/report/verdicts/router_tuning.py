@@ -1,13 +1,29 @@
 """Whether either explanation of Table 3's null result closes the gap: does a router
 fine-tuned for cache hits, measured in the harness, reach half the gain its training log
 shows? Decided here, on the measurements of `moecache router-measure`, and rendered by the
-report (moecache.report.tables.table3)."""
+report (moecache.report.tables.table3). And whether a tuned variant learned at all (its
+training series' trend beyond its noise), which the scorecard's router claims need."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moecache.report.evidence import Trend, trend
+
 TUNED = ("hit", "tag", "harness")  # the variants trained for cache hits
+# The per-step series of a variant's training log that shows whether it learned what it
+# was trained for: the simulated hit rate at the trained layer and capacity (the `hit`
+# reward itself; the `tag` reward counts it at each prompt's tagged size), and for the
+# harness variant its reward, minus the harness's copies per token.
+LEARNED_SERIES = {"hit": "sim_hit_rate", "tag": "sim_hit_rate", "harness": "reward"}
+SERIES_WORDS = {"sim_hit_rate": "simulated hit rate", "reward": "reward (minus copies a token)"}
+
+
+def learned_trend(log: dict) -> Trend | None:
+    """A variant's training log (TuningLog as a dict): the trend of the series it was
+    trained to raise, one value a step (None: under 3 steps logged)."""
+    key = LEARNED_SERIES[log["variant"]]
+    return trend([entry[key] for entry in log["log"] if key in entry])
 
 
 @dataclass(frozen=True)
