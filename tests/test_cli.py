@@ -252,3 +252,11 @@ def test_the_replay_and_report_stages_import_no_torch():
     code += "; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_command_given_a_trace_study_config_refuses_in_one_line():
+    """config/trace.yaml has a trace and no model: a command that needs the model says so."""
+    result = moecache("plan", "--configfile", str(Path(SMOKE).parent / "trace.yaml"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no model" in lines[0] and "trace study" in lines[0]

@@ -15,6 +15,13 @@ from moecache.errors import MoecacheError
 def load_settings(args: argparse.Namespace, sections: tuple[str, ...]) -> dict:
     if args.config:
         settings = configs.load(args.config)
+        missing = [name for name in sections if name not in settings]
+        if missing:  # a trace study's config has no model, harness or corpus to read
+            kind = " (a trace study: no model)" if "trace" in settings else ""
+            sections_said = " or ".join(missing)
+            raise MoecacheError(
+                f"{args.config}: no {sections_said} section{kind}, which this command needs"
+            )
     elif args.settings:
         try:
             settings = json.loads(args.settings)
