@@ -259,4 +259,4 @@ def test_a_command_given_a_trace_study_config_refuses_in_one_line():
     result = moecache("plan", "--configfile", str(Path(SMOKE).parent / "trace.yaml"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "no model" in lines[0] and "trace study" in lines[0]
+    assert len(lines) == 1 and "no model section" in lines[0] and "trace study" in lines[0]
