@@ -39,6 +39,7 @@ def test_one_folder_per_rule_file():
         "command",
         "config",
         "errors",
+        "gpu",
         "intervals",
         "provenance",
         "runs",

@@ -237,8 +237,8 @@ def test_plan_gpu_gib_names_c_device_peak_and_ms_per_token():
     assert re.fullmatch(bound, lines[7]), lines[7]
     assert lines[9].startswith("  uniform routing: each token's k = 8 experts drawn uniformly")
     assert f"= {uniform:.3f} copies/token, " in lines[9]
-    own = r"  the config's own study \(C = 64 on 24 layers, its jobs' peak\): [\d.]+ GiB, "
-    own += "does NOT fit beside the 1 GiB reserve"
+    own = r"  the config's own study \(C = 64 on 24 layers, its jobs' peak\): [\d.]+ GiB "
+    own += "beside the 1 GiB reserve: does NOT fit"
     assert re.fullmatch(own, lines[-1])
 
 

@@ -335,3 +335,26 @@ def test_mxfp4_dequantizes_a_chunk_of_rows_at_a_time_to_the_same_values(monkeypa
     monkeypatch.setattr(quantized, "DEQUANT_CHUNK_VALUES", 5 * 128)  # 5 rows of 128 values
     assert torch.equal(quantized.mxfp4(blocks, scales, torch.bfloat16), whole)
     assert whole.shape == (37, 128)
+
+
+@pytest.mark.parametrize("chunk", [10**9, 3 * 128], ids=["whole", "chunked"])
+def test_the_accountant_counts_a_dequantized_expert_as_the_plan_sizes_it(saved, chunk, monkeypatch):
+    """The dequantized weights and the chunks' temporaries, counted by the accountant while
+    the kernel holds them: their peak is what the plan adds for a stored expert."""
+    import gc
+
+    from moecache.model import memory
+    from moecache.model.memory import LEDGER
+
+    monkeypatch.setattr(quantized, "DEQUANT_CHUNK_VALUES", chunk)
+    family, folder = saved
+    model = load(family, folder)
+    experts = registry.of(model).layer_experts(model, LAYERS[0])
+    gc.collect()
+    LEDGER.reset()
+    weights = experts.dequantized(3, torch.float32)
+    del weights
+    gc.collect()
+    config = checkpoint.read_config(folder)
+    assert LEDGER.peak[memory.DEVICE] == quantized.dequantized_bytes(config, 4)
+    assert LEDGER.bytes(memory.DEVICE) == 0

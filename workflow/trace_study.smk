@@ -8,6 +8,7 @@ import json
 import sys
 
 from moecache import config as configs
+from moecache.schedule import threads as job_threads
 
 try:
     configs.validate(config)
@@ -29,6 +30,15 @@ def settings(*sections):
     return json.dumps(
         {key: config[key] for key in keys if key in config}, sort_keys=True
     )
+
+
+def timed_threads():
+    """The replay benchmark claims every local core, so that it runs alone."""
+    return job_threads.claim_every_core(workflow, 1)
+
+
+def timed(command, threads=1):
+    return job_threads.pinned(command, threads)
 
 
 include: "rules/replay.smk"

@@ -11,6 +11,7 @@ from snakemake.utils import validate
 
 from moecache import config as configs
 from moecache.runs import RunName
+from moecache.schedule import threads as job_threads
 
 try:
     validate(config, "../schemas/config.schema.yaml")
@@ -78,32 +79,11 @@ for path in GPU_CHECKS:
 
 
 def timed_threads():
-    """A job whose output holds a timing claims every local core, so that it runs alone and
-    no other job shares the machine while it is timed (untimed jobs run side by side on
-    `--cores all`); on a cluster, or without --cores, the threads it uses (harness.threads):
-    its node's cores are the profile's to give."""
-    try:
-        cores = workflow.cores if workflow.local_exec else None
-    except WorkflowError:  # no --cores given (a lint or a dry run)
-        cores = None
-    return max(cores or 1, config["harness"]["threads"])
-
-
-# What Snakemake exports as a job's threads (snakemake/shell.py), for the math libraries.
-THREAD_VARIABLES = (
-    "OMP_NUM_THREADS",
-    "GOTO_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
+    """A timed job claims every local core, so that it runs alone (schedule/threads.py)."""
+    return job_threads.claim_every_core(workflow, config["harness"]["threads"])
 
 
 def timed(command, threads=None):
-    """A timed job's command with the math libraries' threads those it ran with before it
-    claimed every core (default harness.threads): Snakemake exports the claimed threads,
-    which would change its arithmetic and its timings."""
-    threads = threads or config["harness"]["threads"]
-    pins = " ".join(f"{name}={threads}" for name in THREAD_VARIABLES)
-    return f"env {pins} {command}"
+    """A timed job's command with the math libraries' threads it always had (default
+    harness.threads), not the cores it claims (schedule/threads.py)."""
+    return job_threads.pinned(command, threads or config["harness"]["threads"])

@@ -80,6 +80,15 @@ class Mxfp4:
     def read(self, tensors: Tensors, layer: int, name: str, num_experts: int) -> torch.Tensor:
         return tensors.get(f"{experts_prefix(layer)}.{name}")
 
+    def dequantized_peak(self, h: int, i: int, element: int) -> int:
+        """What `weights` holds at its peak: gate_up [2I, H] at `element` bytes and a chunk's
+        temporaries, then down [H, I] beside it and its chunk's."""
+        gate_up, down = 2 * i * h * element, h * i * element
+        return max(
+            gate_up + MXFP4_SCRATCH * chunk_values(2 * i, h),
+            gate_up + down + MXFP4_SCRATCH * chunk_values(h, i),
+        )
+
     def weights(self, experts, e: int, dtype):
         """Expert e's (gate_up [H, 2I], its bias, down [I, H], its bias), GPT-OSS's layout."""
         return (
@@ -91,12 +100,13 @@ class Mxfp4:
 
 
 # Values dequantized at a time, in either format: a whole projection at once held about
-# 0.25 GiB of int64 and float32 temporaries per GPT-OSS-20B expert on the device. In row
-# chunks a chunk's temporaries hold at most SCRATCH_BYTES_PER_VALUE a value (MXFP4: the int64
-# code 8 and its float32 value 4, then the scaled float32 copy beside the value and the cast
-# 2; FP8: the float32 weight, scale and product 12 and the cast 2), the same values.
+# 0.25 GiB of int64 and float32 temporaries per GPT-OSS-20B expert on the device; in row
+# chunks a chunk's temporaries hold at most MXFP4_SCRATCH (the int64 code 8 beside its float32
+# value 4) or FP8_SCRATCH (the float32 weight and its scale) bytes a value, the same values.
+# The accountant counts them and the dequantized expert; `dequantized_peak` sizes the same.
 DEQUANT_CHUNK_VALUES = 2**21
-SCRATCH_BYTES_PER_VALUE = 14
+DEQUANTIZED = "dequantized expert"
+MXFP4_SCRATCH, FP8_SCRATCH = 12, 8
 
 
 def chunked(rows: int, row_values: int, multiple: int = 1) -> range:
@@ -106,12 +116,21 @@ def chunked(rows: int, row_values: int, multiple: int = 1) -> range:
     return range(0, rows, step)
 
 
+def chunk_values(rows: int, row_values: int, multiple: int = 1) -> int:
+    """The values of the largest chunk `chunked` makes of a projection."""
+    return min(chunked(rows, row_values, multiple).step, rows) * row_values
+
+
+def counted(tensor: torch.Tensor, what: str = "dequantizing") -> torch.Tensor:
+    return LEDGER.adopt(what, DEVICE, tensor)
+
+
 def mxfp4(blocks: torch.Tensor, scales: torch.Tensor, dtype) -> torch.Tensor:
     """[out, in] from blocks [out, in/32, 16] and e8m0 scales [out, in/32]: the FP4 value of
     each nibble (low first) times 2^(scale - 127), exact in float32, cast to `dtype`, a
     chunk of rows at a time."""
     rows, values = blocks.shape[0], blocks[0].numel() * 2
-    out = torch.empty((rows, values), dtype=dtype, device=blocks.device)
+    out = counted(torch.empty((rows, values), dtype=dtype, device=blocks.device), DEQUANTIZED)
     offsets = chunked(rows, values)
     for at in offsets:
         end = at + offsets.step
@@ -121,8 +140,9 @@ def mxfp4(blocks: torch.Tensor, scales: torch.Tensor, dtype) -> torch.Tensor:
 
 def mxfp4_rows(blocks: torch.Tensor, scales: torch.Tensor, dtype) -> torch.Tensor:
     lut = fp4_values(blocks.device)
-    codes = torch.stack((blocks & 0x0F, blocks >> 4), dim=-1).to(torch.int64)
-    values = lut[codes].flatten(-2)  # [out, in/32, 32]
+    codes = counted(torch.stack((blocks & 0x0F, blocks >> 4), dim=-1).to(torch.int64))
+    values = counted(lut[codes].flatten(-2))  # [out, in/32, 32]
+    del codes
     exponents = scales.to(torch.int32).sub_(E8M0_BIAS).unsqueeze(-1)
     return torch.ldexp(values, exponents).flatten(-2).to(dtype)
 
@@ -178,6 +198,15 @@ class Fp8Blocks:
         names = [f"{experts_prefix(layer)}.{e}.{proj}.{suffix}" for e in range(num_experts)]
         return tensors.stacked(names)
 
+    def dequantized_peak(self, h: int, i: int, element: int) -> int:
+        """What `weights` holds at its peak: gate_up [2I, H] at `element` bytes while gate and
+        up are dequantized into it a chunk at a time, then down [H, I] beside it."""
+        gate_up, down = 2 * i * h * element, h * i * element
+        return max(
+            gate_up + FP8_SCRATCH * chunk_values(i, h, self.block[0]),
+            gate_up + down + FP8_SCRATCH * chunk_values(h, i, self.block[0]),
+        )
+
     def weights(self, experts, e: int, dtype):
         """Expert e's (gate_up [2I, H], None, down [H, I], None): gate and up concatenated,
         as transformers fuses them."""
@@ -186,7 +215,9 @@ class Fp8Blocks:
         )
         rows, cols = gate[0].shape
         # gate and up dequantized into one tensor, as transformers fuses them (no second copy)
-        gate_up = torch.empty((2 * rows, cols), dtype=dtype, device=gate[0].device)
+        gate_up = counted(
+            torch.empty((2 * rows, cols), dtype=dtype, device=gate[0].device), DEQUANTIZED
+        )
         fp8(*gate, self.block, dtype, out=gate_up[:rows])
         fp8(*up, self.block, dtype, out=gate_up[rows:])
         return gate_up, None, fp8(*down, self.block, dtype), None
@@ -197,13 +228,18 @@ def fp8(weight: torch.Tensor, scale_inv: torch.Tensor, block, dtype, out=None) -
     `dtype` (the blocks at the far edges may be partial, as DeepSeek's weight_dequant allows),
     a chunk of whole scale blocks of rows at a time, into `out` where given."""
     rows, cols = weight.shape
-    out = torch.empty((rows, cols), dtype=dtype, device=weight.device) if out is None else out
+    if out is None:
+        out = counted(torch.empty((rows, cols), dtype=dtype, device=weight.device), DEQUANTIZED)
     offsets = chunked(rows, cols, block[0])
     for at in offsets:
         end = min(at + offsets.step, rows)
         scale = scale_inv[at // block[0] : -(-end // block[0])].repeat_interleave(block[0], 0)
-        scale = scale[: end - at].repeat_interleave(block[1], 1)[:, :cols]
-        out[at:end] = (weight[at:end].to(torch.float32) * scale).to(dtype)
+        scale = scale[: end - at, : -(-cols // block[1])].contiguous()
+        scale = counted(scale.repeat_interleave(block[1], 1)[:, :cols].contiguous())
+        product = counted(weight[at:end].to(torch.float32)).mul_(scale)
+        del scale
+        out[at:end] = product  # cast to `dtype` as it is copied
+        del product  # before the next chunk's are made
     return out
 
 
@@ -237,11 +273,11 @@ def dequantized_bytes(config, element: int) -> int:
     """What the per-expert kernel holds on the device to compute one stored expert beside
     the stored bytes: its gate_up and down dequantized at `element` bytes (the biases are
     kept in the model's dtype) and a chunk's temporaries at most; 0 where not quantized."""
-    if stored_format(config) is None:
+    fmt = stored_format(config)
+    if fmt is None:
         return 0
     sizes = registry.adapter_for(config.model_type).sizes(config)
-    dense = 3 * sizes.hidden_size * sizes.intermediate_size * element
-    return dense + DEQUANT_CHUNK_VALUES * SCRATCH_BYTES_PER_VALUE
+    return fmt.dequantized_peak(sizes.hidden_size, sizes.intermediate_size, element)
 
 
 def expert_bytes(config, element: int) -> int | None:
@@ -277,12 +313,9 @@ class StoredExperts(nn.Module):
         return self.own._apply_gate(gate_up)
 
     def dequantized(self, e: int, dtype):
-        """Expert e's (gate_up, its bias, down, its bias) in `dtype`, in the family's layout;
-        the two dequantized weights counted by the accountant while the kernel holds them."""
-        gate_up, gate_up_bias, down, down_bias = self.format.weights(self, e, dtype)
-        for weight in (gate_up, down):
-            LEDGER.adopt("dequantized expert", DEVICE, weight)
-        return gate_up, gate_up_bias, down, down_bias
+        """Expert e's (gate_up, its bias, down, its bias) in `dtype`, in the family's layout
+        (the dequantized weights and their temporaries counted by the accountant)."""
+        return self.format.weights(self, e, dtype)
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         return per_expert_forward(self, hidden_states, top_k_index, top_k_weights)

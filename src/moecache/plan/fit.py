@@ -609,9 +609,9 @@ def lines(fit: dict) -> list[str]:
     own = fit["config_run"]
     out.append(
         f"  the config's own study (C = {own['capacity']} on {len(own['offloaded_layers'])} "
-        f"layers, its jobs' peak): {gib(own['device_peak_bytes'])}, "
-        f"{'fits' if fit['config_run_fits'] else 'does NOT fit'}"
+        f"layers, its jobs' peak): {gib(own['device_peak_bytes'])}"
         + (f" beside the {fit['reserve_gib']:g} GiB reserve" if fit["reserve_gib"] else "")
+        + (", fits" if fit["config_run_fits"] else ": does NOT fit")
     )
     return out
 
