@@ -20,11 +20,15 @@ THREAD_VARIABLES = (
 
 def claim_every_core(workflow, threads: int) -> int:
     """Every local core (at least `threads`); on a cluster, or without --cores (a lint or a
-    dry run), the `threads` the job uses: its node's cores are the profile's to give."""
+    dry run), the `threads` the job uses: its node's cores are the profile's to give. A job
+    a cluster runs reads the Snakefile again on its node (remote execution), where it must
+    claim what it was submitted with, not that node's cores."""
     from snakemake.exceptions import WorkflowError
 
+    if workflow.remote_exec or not workflow.local_exec:
+        return threads
     try:
-        cores = workflow.cores if workflow.local_exec else None
+        cores = workflow.cores
     except WorkflowError:
         cores = None
     return max(cores or 1, threads)
