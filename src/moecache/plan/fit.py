@@ -457,10 +457,11 @@ def answer(
     `host_gib`: the host RAM, which sets the tier layout (tiers.layout); `disk_gbs`: a
     stated disk link (else the config's tiers.disk_to_host_ms); `reserve_gib`: kept back
     from `gpu_gib` (RESERVE_GIB); `config_run`: the config's own run (its C on its layers),
-    `config_run_fits` whether its jobs' peak fits the card less the reserve."""
+    its `fits` whether its jobs' peak fits the card less the reserve."""
     check_given(trace, bandwidth, link_gbs, host_gib, disk_gbs)
     check_reserve(reserve_gib, gpu_gib)
     own = plan.plan(settings, gpu_gib, source, tokens)
+    own["fits"] = own["device_peak_bytes"] <= (gpu_gib - reserve_gib) * GIB  # one verdict
     found = largest_capacity(settings, gpu_gib, source, tokens, figure, reserve_gib)
     chosen, nxt = found["chosen"], found["next"]
     peak = FIGURES[figure]
@@ -489,7 +490,6 @@ def answer(
         "compute": compute,
         **speeds(settings, chosen, layout, trace, copy, compute, disk_gbs),
         "config_run": own,
-        "config_run_fits": own["device_peak_bytes"] <= (gpu_gib - reserve_gib) * GIB,
     }
 
 
@@ -611,7 +611,7 @@ def lines(fit: dict) -> list[str]:
         f"  the config's own study (C = {own['capacity']} on {len(own['offloaded_layers'])} "
         f"layers, its jobs' peak): {gib(own['device_peak_bytes'])}"
         + (f" beside the {fit['reserve_gib']:g} GiB reserve" if fit["reserve_gib"] else "")
-        + (", fits" if fit["config_run_fits"] else ": does NOT fit")
+        + (", fits" if own["fits"] else ": does NOT fit")
     )
     return out
 
