@@ -9,9 +9,10 @@ import pytest
 from sharp_model import random_sequences, sharp_model
 
 from moecache.errors import MoecacheError
-from moecache.harness import batched, batched_runs, decode, gates, trace
+from moecache.harness import batched, batched_runs, decode, gates
 from moecache.harness.pool import ExpertPool
 from moecache.harness.union_block import UnionBlock
+from moecache.records import trace
 from moecache.records.demand import PAD
 from moecache.records.trace import read_demand as read_traced
 from moecache.records.trace import read_futures

@@ -52,7 +52,7 @@ def test_replay_runs_without_torch():
         "for p in (r, d):\n"
         "    for m in pkgutil.iter_modules(p.__path__):\n"
         "        importlib.import_module(f'{p.__name__}.{m.name}')\n"
-        "import moecache.harness.trace, moecache.policies\n"
+        "import moecache.policies\n"
         "print('torch' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

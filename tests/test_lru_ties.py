@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_policies import LOSSLESS, router_probs, simulate, uniform_probs
 
-from moecache.harness import trace
 from moecache.policies import make
+from moecache.records import trace
 from moecache.records.demand import Demand, padded
 from moecache.records.trace import read_demand as read_traced
 from moecache.records.trace import read_futures

@@ -16,13 +16,14 @@ from sharp_model import random_sequences, sharp_model
 
 from moecache import policies
 from moecache.errors import MoecacheError
-from moecache.harness import copy_engine, decode, trace
+from moecache.harness import copy_engine, decode
 from moecache.harness.async_pool import AsyncExpertPool
 from moecache.harness.link import SlowLink
 from moecache.harness.overlapped_block import overlapped, rule_victims
 from moecache.harness.pool import HostExperts
 from moecache.model import tiny
 from moecache.policies import Plan
+from moecache.records import trace
 from moecache.records.trace import read_demand as read_traced
 from moecache.replay import bound
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from moecache import config as configs
 from moecache.accuracy import commands as accuracy
 from moecache.command import add
 from moecache.controller import commands as controller
@@ -30,6 +29,8 @@ STAGES = (data, model, harness, replay, learned, router_tuning, controller, accu
 
 
 def cmd_validate_config(args):
+    from moecache import config as configs  # jsonschema and yaml, for this command alone
+
     configs.load(args.file)
     print(f"{args.file}: valid")
 

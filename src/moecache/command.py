@@ -8,11 +8,12 @@ import json
 import os
 from pathlib import Path
 
-from moecache import config as configs
 from moecache.errors import MoecacheError
 
 
 def load_settings(args: argparse.Namespace, sections: tuple[str, ...]) -> dict:
+    from moecache import config as configs  # jsonschema and yaml: 0.15 s a replay never needs
+
     if args.config:
         settings = configs.load(args.config)
         if "model" in sections and "model" not in settings:  # a trace study's config

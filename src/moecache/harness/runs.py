@@ -17,9 +17,10 @@ from typing import NamedTuple
 
 from moecache import provenance
 from moecache.errors import MoecacheError
-from moecache.harness import decode, gates, link, overlap, trace
+from moecache.harness import decode, gates, link, overlap
 from moecache.harness.overlapped_block import overlapped, refuse_unranked
 from moecache.model.memory import LEDGER, device_total_bytes, ring_mib
+from moecache.records import trace as traces
 from moecache.records.io import write_run
 from moecache.records.run import RunResult, SequenceRow
 from moecache.runs import RunName
@@ -317,7 +318,7 @@ def write(settings, runs, decoded: Decoded, shard, gates_path, out_dir, trace_di
             "settings_hash": result.settings_hash,
             "device_name": result.device_name,
         }
-        trace.write(decoded.results[label]["trace"], trace_dir / f"{label}.parquet", origin)
+        traces.write(decoded.results[label]["trace"], trace_dir / f"{label}.parquet", origin)
         write_run(out_dir / f"{label}.json", result)
 
 

@@ -24,8 +24,8 @@ def record_trace(settings, model_source, tokenizer_source, text_path, out) -> di
     trace format (tokens cut as the held-out shards' are)."""
     from moecache.data import corpus, tokenizer
     from moecache.harness import jobs
-    from moecache.harness import trace as traces
     from moecache.learned import trace
+    from moecache.records import trace as traces
 
     harness, wanted = settings["harness"], settings["corpus"]["trace_sequences"]
     docs = corpus.read(text_path)

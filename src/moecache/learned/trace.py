@@ -17,7 +17,7 @@ from moecache.model import registry, routing
 
 
 def record(model, sequences: list[list[int]], layers: list[int], device: str) -> list[dict]:
-    """Trace rows (sequence, layer, token, requested, used, probs) as harness.trace.write
+    """Trace rows (sequence, layer, token, requested, used, probs) as records.trace.write
     takes them."""
     adapter = registry.of(model)
     rows = []

@@ -33,8 +33,6 @@ def batched(args) -> bool:
 
 
 def cmd_replay(args):
-    from moecache.replay import batch, engine, flat, stream, tracefile
-
     if args.tiers:
         return cmd_tiers(args)
     alone = [flag for flag, given in tiers_flags(args) if given]
@@ -42,21 +40,7 @@ def cmd_replay(args):
         raise MoecacheError(f"{alone[0]}: only with --tiers")
     if args.per_request and batched(args):
         raise MoecacheError("--per-request counts one sequence's requests; not with --batch")
-    if batched(args):
-        demand, source = read_demand(args)
-        report = batch.report(
-            demand, args.capacity, args.rule, args.batch, args.batching, args.prefill
-        )
-        origin = demand.origin
-    elif args.trace and tracefile.header(args.trace) is not None:
-        # The trace anyone can write may be a production day: streamed, a batch at a time.
-        report = stream.report(args.trace, args.capacity, args.rule, per_request=args.per_request)
-        source, origin = args.trace, None
-    else:
-        demand, source = read_demand(args)
-        count = flat.report if args.per_request else engine.report
-        report = count(demand, args.capacity, args.rule)
-        origin = demand.origin
+    report, source, origin = replayed(args)
     lines = [f"{'rule':34s} {'fills':>7s} {'steady':>8s} {'per token':>9s} {'gap':>7s}"]
     for rule, r in report["rules"].items():
         t = r["totals"]
@@ -67,6 +51,33 @@ def cmd_replay(args):
             + (f"  prefill {t['prefill_copies']} copies" if "prefill_copies" in t else "")
         )
     emit(args, report, lines, [source], origin, ReplayResult)
+
+
+def replayed(args) -> tuple[dict, Path, dict | None]:
+    """The report of `replay`, its source and origin. Each way imports what it runs alone:
+    batch loads every rule (numba), stream tqdm; a small per-request replay needs neither
+    (issue 50: a replay command that starts fast)."""
+    from moecache.replay import tracefile
+
+    if batched(args):
+        from moecache.replay import batch
+
+        demand, source = read_demand(args)
+        report = batch.report(
+            demand, args.capacity, args.rule, args.batch, args.batching, args.prefill
+        )
+        return report, source, demand.origin
+    if args.trace and tracefile.header(args.trace) is not None:
+        from moecache.replay import stream
+
+        # The trace anyone can write may be a production day: streamed, a batch at a time.
+        report = stream.report(args.trace, args.capacity, args.rule, per_request=args.per_request)
+        return report, args.trace, None
+    from moecache.replay import engine, flat
+
+    demand, source = read_demand(args)
+    count = flat.report if args.per_request else engine.report
+    return count(demand, args.capacity, args.rule), source, demand.origin
 
 
 def tiers_flags(args):
@@ -323,6 +334,7 @@ def cmd_benchmark_per_request(args):
     if rounds < 1:
         raise MoecacheError(f"--rounds {rounds}: must be at least 1")
     report = peers.run(demand, bench["capacity"], rounds, settings["seed"])
+    report["startup"] = startup_of(args, demand, bench["capacity"], rounds, settings["seed"])
     lines = [
         f"{report['requests']:,} requests in {report['streams']} streams, one at a time, "
         f"C = {report['capacity']}, {rounds} interleaved rounds (s per million requests)"
@@ -341,16 +353,65 @@ def cmd_benchmark_per_request(args):
         )
         ours = r["moecache"]["seconds_per_million_requests"]
         lines.append(f"{rule} ({r['misses']:,} misses, all equal): moecache {ours:.3f}; {versus}")
-    emit(args, report, lines, [], provenance.stamp(settings, "cpu"))
+    lines.append(startup_line(report["startup"]))
+    sources = [args.trace] if args.trace else []
+    emit(args, report, lines, sources, provenance.stamp(settings, "cpu"))
+
+
+def startup_of(args, demand, capacity: int, rounds: int, seed: int) -> dict:
+    """`moecache replay --per-request --rule lru` end to end beside the ten-line bigrig
+    script (moecache.replay.startup), on --trace or on `demand` written as a harness trace."""
+    import tempfile
+
+    from moecache.replay import startup
+
+    if args.trace:
+        experts = read_demand(args)[0].num_experts
+        return startup.run(args.trace, capacity, experts, rounds, seed)
+    with tempfile.TemporaryDirectory() as folder:
+        trace = startup.write_trace(demand, Path(folder) / "paper-scale.parquet")
+        timed = startup.run(trace, capacity, demand.num_experts, rounds, seed)
+        return {**timed, "trace": "replay.benchmark's demand, written as a harness trace"}
+
+
+def startup_line(s: dict) -> str:
+    low, high = s["ratio_interval"]
+    verdict = "within" if s["within_target"] else "above"
+    return (
+        f"start-up, end to end ({s['misses']:,} LRU misses, equal): moecache replay "
+        f"{s['moecache']['median_seconds']:.2f} s, bigrig script "
+        f"{s['bigrig']['median_seconds']:.2f} s (ratio {s['ratio']:.2f}, 95% {low:.2f}-"
+        f"{high:.2f}; {verdict} the target {s['target']:g})"
+    )
 
 
 def cmd_trace_convert(args):
-    from moecache.replay import convert
+    from moecache.replay import convert, moe_layers
 
-    done = convert.convert(args.source, args.out, args.experts, args.group_rows, args.source_format)
+    if args.moe_layers is not None and args.model_config is not None:
+        raise MoecacheError("--moe-layers and --model-config: give one of them")
+    layers = None
+    if args.moe_layers is not None:
+        layers = moe_layers.parse(args.moe_layers)
+    elif args.model_config is not None:
+        layers = moe_layers.from_config(args.model_config)
+    done = convert.convert(
+        args.source,
+        args.out,
+        args.experts,
+        args.group_rows,
+        args.source_format,
+        layers=layers,
+        prompt=not args.no_prompt,
+    )
+    notes = [f"experts in {done['order']} order"] if "order" in done else []
+    if done.get("prompt_tokens"):
+        notes.append(f"{done['prompt_tokens']:,} prompt tokens, first in their sequences")
+    if done.get("prompt_tokens_left_out"):
+        notes.append(f"{done['prompt_tokens_left_out']:,} prompt tokens left out (--no-prompt)")
     print(
         f"{args.out}: {done['rows']:,} rows, {done['sequences']:,} sequences, "
-        f"top-{done['top_k']} of {done['experts']} experts"
+        f"top-{done['top_k']} of {done['experts']} experts" + "".join(f"; {note}" for note in notes)
     )
 
 
@@ -473,6 +534,12 @@ def register(sub) -> None:
         )
     )
     p.add_argument("--rounds", type=int, help="interleaved rounds (default: the config's)")
+    p.add_argument(
+        "--trace",
+        type=Path,
+        help="a shard's harness trace to time start-up on (default: the benchmark's demand)",
+    )
+    p.add_argument("--experts", type=int, help=argparse.SUPPRESS)
 
 
 def tiers_arguments(p: argparse.ArgumentParser) -> None:
@@ -538,10 +605,30 @@ def register_trace(sub) -> None:
         dest="source_format",
         choices=importers.FORMATS,
         default="moecache",
-        help="the log's format: ours, vLLM's routed experts, Megatron-LM's router trace, "
-        "moe-policylang's recorder, a NumPy [tokens, layers, k] array (docs/trace-format.md)",
+        help="the log's format: ours, vLLM's routed experts, SGLang's per-token recorder "
+        "dump, Megatron-LM's router trace, moe-policylang's recorder (JSON lines or "
+        "Parquet), a NumPy [tokens, layers, k] array (docs/trace-format.md)",
     )
-    p.add_argument("--experts", type=int, help="experts per layer (N); policylang's header says it")
+    p.add_argument(
+        "--experts",
+        type=int,
+        help="experts per layer (N); policylang's header and SGLang's expert map say it",
+    )
+    p.add_argument(
+        "--moe-layers",
+        help="the model's MoE layers, e.g. 1-26 (vllm, sglang, numpy: a log with a column "
+        "per decoder layer; the dense layers' columns are skipped)",
+    )
+    p.add_argument(
+        "--model-config",
+        type=Path,
+        help="a checkpoint's config.json (or its folder), whose MoE layers --moe-layers would name",
+    )
+    p.add_argument(
+        "--no-prompt",
+        action="store_true",
+        help="leave out vLLM's prompt_routed_experts (kept by default, before the choice's)",
+    )
     p.add_argument("--out", type=Path, required=True, help="the trace to write (Parquet)")
     p.add_argument("--group-rows", type=int, default=1 << 20, help="rows per row group (about)")
     p = verbs.add_parser("dump", help="a trace back as JSON lines, stream after stream")

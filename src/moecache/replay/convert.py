@@ -1,7 +1,9 @@
 """`moecache trace convert`: a routing log into the versioned Parquet trace
 (moecache.replay.tracefile), from our JSON lines or another tool's format
-(moecache.replay.importers: vLLM, Megatron-LM, moe-policylang, NumPy arrays); and
-`trace dump`, back to our JSON lines.
+(moecache.replay.importers: vLLM, SGLang, Megatron-LM, moe-policylang, NumPy arrays);
+and `trace dump`, back to our JSON lines. The trace's metadata records the source format
+and the order of each row's experts ("expert-id" where the log gives no router order), so
+that a per-request count that depends on it can say so.
 
 Our JSON lines hold one line per layer and token, {"sequence": id, "layer": l, "token": t,
 "experts": [e, ...]}. Any format may interleave the layers of a sequence but not
@@ -30,13 +32,17 @@ def convert(
     group_rows: int = 1 << 20,
     fmt: str = "moecache",
     spill_rows: int = SPILL_ROWS,
+    layers: list[int] | None = None,
+    prompt: bool = True,
 ) -> dict:
-    """Write `source` (in format `fmt`) as a trace at `out`; its summary."""
+    """Write `source` (in format `fmt`) as a trace at `out`; its summary, with the order
+    of the experts and, for vLLM, the prompt rows kept or left out."""
     if group_rows < 1:
         raise MoecacheError(f"--group-rows {group_rows}: must be at least 1")
-    blocks, num_experts = importers.blocks(source, fmt, num_experts)
+    record: dict = {}
+    blocks, num_experts = importers.blocks(source, fmt, num_experts, layers, prompt, record)
     with atomic_file(out) as tmp:
-        writer = TraceWriter(tmp, num_experts, group_rows, spill_rows)
+        writer = TraceWriter(tmp, num_experts, group_rows, spill_rows, record)
         try:
             where = None
             for where, sequence, layer, rows, token in blocks:
@@ -47,7 +53,7 @@ def convert(
                 writer.add(where, layer, rows, token)
             if writer.name is not None:
                 writer.end(f"{source}: at the end")
-            return writer.close(source)
+            return {**writer.close(source), **record}
         finally:
             writer.discard()
 

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from moecache import policies
 from moecache.errors import MoecacheError
-from moecache.policies import EvictionPolicy
-from moecache.policies.kernels import CompiledEventPolicy
-from moecache.policies.pools import Pools
 from moecache.records import counting
 from moecache.records.demand import Demand
-from moecache.replay import fast
+
+if TYPE_CHECKING:  # the rules import numba: only a replay that runs one loads them
+    from moecache.policies import EvictionPolicy
 
 FIELDS = ("insertions", "fills", "steady", "after_fill")
 
@@ -46,10 +45,12 @@ def lossless_rules(demand: Demand | None = None) -> list[str]:
     """Every eviction rule in the registry but those that need a trained file (learned
     scorers run only when named); given a demand, those it can run (rules reading router
     probabilities need them recorded)."""
+    from moecache import policies
+
     return [
         name
         for name, cls in policies.POLICIES.items()
-        if issubclass(cls, EvictionPolicy)
+        if issubclass(cls, policies.EvictionPolicy)
         and cls.by_default
         and (demand is None or demand.probs is not None or not cls.needs_probs)
     ]
@@ -73,9 +74,11 @@ def parse_rule(text: str) -> tuple[str, dict]:
 def make_rule(text: str, demand: Demand, capacity: int, top_k: int | None = None) -> EvictionPolicy:
     """The rule for requests of `top_k` experts (default: the demand's)."""
     demand.check_capacity(capacity)
+    from moecache import policies
+
     name, params = parse_rule(text)
     policy = policies.make(name, capacity, demand.num_experts, top_k or demand.top_k, params)
-    if not isinstance(policy, EvictionPolicy):
+    if not isinstance(policy, policies.EvictionPolicy):
         raise MoecacheError(f"rule {name}: not a lossless eviction rule (replay runs those)")
     if policy.needs_probs and demand.probs is None:
         raise MoecacheError(f"rule {name}: needs router probabilities, which this demand lacks")
@@ -84,6 +87,10 @@ def make_rule(text: str, demand: Demand, capacity: int, top_k: int | None = None
 
 def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
     """Replay every stream of `demand` under `policy` (whose capacity is the pool's)."""
+    from moecache.policies.kernels import CompiledEventPolicy
+    from moecache.policies.pools import Pools
+    from moecache.replay import fast
+
     capacity = policy.capacity
     demand.check_capacity(capacity)
     rule = None if keep else fast.fast_rule(policy)

@@ -12,7 +12,7 @@ copies any lossless schedule can make (docs/replay.md, "Per token or per request
 from __future__ import annotations
 
 from moecache.records.demand import Demand
-from moecache.replay import engine
+from moecache.replay import engine, plain
 
 
 def flattened(demand: Demand) -> Demand:
@@ -35,9 +35,20 @@ def replayed(demand: Demand, text: str, capacity: int) -> engine.Counts:
     return engine.replayed(flattened(demand), text, capacity)
 
 
+def replayed_once(demand: Demand, text: str, capacity: int) -> engine.Counts:
+    """replayed, for a command that replays once: LRU and MIN over a small demand run in
+    plain Python (moecache.replay.plain), done before numba would have loaded; the same
+    counts. Timings of the compiled replay (moecache.replay.peers) use `replayed`."""
+    flat = flattened(demand)
+    if plain.fits(flat, text):
+        flat.check_capacity(capacity)
+        return engine.tally(*plain.replay(text, flat, capacity), capacity, flat)
+    return engine.replayed(flat, text, capacity)
+
+
 def report(demand: Demand, capacity: int, rules: list[str] | None = None) -> dict:
     """engine.report counted one request at a time; copies per token still divide by the
     decoding tokens (each sequence's after its first)."""
     rules = rules or engine.lossless_rules(flattened(demand))
-    out = engine.report_parts([demand], capacity, rules, replay=replayed)
+    out = engine.report_parts([demand], capacity, rules, replay=replayed_once)
     return {**out, "counting": "per-request"}

@@ -8,7 +8,10 @@ per layer and token of a sequence, with the experts the router sent it to.
 | `token`    | int32          | the token's position in its sequence, 0-based       |
 | `experts`  | list<int32>    | the experts routed to, in the router's order (top-k)|
 
-The file's metadata (`moecache.trace`) holds {"schema", "version", "experts", "top_k"}.
+The file's metadata (`moecache.trace`) holds {"schema", "version", "experts", "top_k"}, and
+in a trace converted from another tool's log also "source" (the `--from` format) and
+"order" ("router", or "expert-id" where the log gave each token's experts in id order, as
+Megatron's does).
 Rows are grouped by stream (one sequence at one layer), a stream's tokens 0, 1, ... in
 order; `moecache trace convert` writes one or more whole sequences per row group, so a
 reader holds one row group and one stream at a time (docs/trace-format.md).
@@ -39,9 +42,11 @@ SCHEMA = pa.schema(
 )
 
 
-def metadata(experts: int, top_k: int) -> dict[bytes, bytes]:
+def metadata(experts: int, top_k: int, **extra) -> dict[bytes, bytes]:
+    """The `moecache.trace` key; `extra` records where a converted trace came from (its
+    source format and the order of each row's experts, docs/trace-format.md)."""
     info = {"schema": SCHEMA_NAME, "version": VERSION, "experts": experts, "top_k": top_k}
-    return {META_KEY: json.dumps(info).encode()}
+    return {META_KEY: json.dumps({**info, **extra}).encode()}
 
 
 def header(path) -> dict | None:

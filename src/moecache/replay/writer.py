@@ -45,9 +45,19 @@ def check_rows(where: str, rows: np.ndarray, width: int, num_experts: int, first
 
 
 class TraceWriter:
-    """Blocks in (begin, add, end per sequence), a moecache-trace out at `path`."""
+    """Blocks in (begin, add, end per sequence), a moecache-trace out at `path`. `record`:
+    what an importer of another tool's log recorded (its `source` and the experts' `order`),
+    kept in the file's metadata; read at the first row group, by when the importer has read
+    its first records (our own JSON lines record nothing there)."""
 
-    def __init__(self, path: Path, num_experts: int, group_rows: int, spill_rows: int = SPILL_ROWS):
+    def __init__(
+        self,
+        path: Path,
+        num_experts: int,
+        group_rows: int,
+        spill_rows: int = SPILL_ROWS,
+        record: dict | None = None,
+    ):
         if num_experts < 1:
             raise MoecacheError(f"--experts {num_experts}: must be at least 1")
         self.path, self.num_experts, self.group_rows = path, num_experts, group_rows
@@ -55,6 +65,7 @@ class TraceWriter:
         self.folder = tempfile.TemporaryDirectory(dir=Path(path).parent)
         self.seen: set[str] = set()
         self.name, self.pending, self.pending_rows, self.rows = None, [], 0, 0
+        self.record = {} if record is None else record
 
     def begin(self, where: str, name: str) -> None:
         if name in self.seen:
@@ -140,7 +151,9 @@ class TraceWriter:
         if not self.pending:
             return
         if self.writer is None:
-            metadata = tracefile.metadata(self.num_experts, self.width)
+            imported = self.record.get("source", "moecache") != "moecache"
+            said = {k: v for k, v in self.record.items() if imported and k in ("source", "order")}
+            metadata = tracefile.metadata(self.num_experts, self.width, **said)
             self.writer = pq.ParquetWriter(self.path, tracefile.SCHEMA.with_metadata(metadata))
         self.writer.write_table(pa.concat_tables(self.pending), row_group_size=self.pending_rows)
         self.rows += self.pending_rows
