@@ -1,14 +1,18 @@
 """Causal eviction rules, tuned on the training trace and measured on the shards' traces at
 every capacity of learned.causal.capacities.
 
-Each rule of learned.causal.grids is replayed on the training trace at every capacity for
-every point of its grid; the point with the highest mean share of the LRU-to-farthest-
-future gap there is kept. The next-use model is fitted on the training trace for every
-horizon of learned.causal.next_use.horizons (and its frequency weight chosen the same
-way); its shuffled-label control is fitted with the chosen horizon and replayed with the
-chosen weight. Then every kept rule, the model and the control are replayed on every
-sequence of each shard's trace (none was tuned or fitted on), with a percentile bootstrap
-interval of the share over sequences, seeded from the config.
+The training trace is split as the learned scorers split it (learned/stage.py split): its
+last learned.validation_sequences.trace sequences validate, the rest fit. Each rule of
+learned.causal.grids is replayed on the fitting sequences at every capacity for every point
+of its grid; the point with the highest mean share of the LRU-to-farthest-future gap there
+is kept. The next-use model is fitted on the fitting sequences for every horizon of
+learned.causal.next_use.horizons, with and without standardised inputs as
+learned.causal.next_use.standardise lists; the variant and its rule weights are chosen on
+the validation sequences, and so is the study's pick, the rule with the highest mean share
+there. Its shuffled-label control is fitted with the chosen variant and replayed with the
+chosen weights. Then every kept rule, the model and the control are replayed on every
+sequence of each shard's trace, read only to report (no choice was made on them), with a
+percentile bootstrap interval of the share over sequences, seeded from the config.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import numpy as np
 
 from moecache.intervals import bootstrap_ratio
 from moecache.learned import next_use
-from moecache.learned.stage import by_sequence
+from moecache.learned.stage import by_sequence, split
 from moecache.records.causal import CONTROL, CausalStudy
 from moecache.records.demand import Demand, subset
 from moecache.replay import engine
@@ -97,25 +101,32 @@ class Training:
         return tried[best]["params"], tried
 
 
-def fit_next_use(training: Training, settings, out_dir: Path, published: Path) -> tuple[dict, dict]:
+def fit_next_use(
+    training: Training, validation: Training, settings, out_dir: Path, published: Path
+) -> tuple[dict, dict]:
     """The chosen model's rule parameters and the control's, and both fits' summaries (their
-    weights named in `published`, the folder `out_dir` becomes)."""
+    weights named in `published`, the folder `out_dir` becomes): every variant fitted on
+    `training`, the variant and its weights chosen on `validation`."""
     spec, seed = settings["learned"]["causal"]["next_use"], settings["seed"]
     fit_args = (spec["steps"], spec["lr"], spec["l2"], seed)
     best, tried = None, []
-    for horizon in spec["horizons"]:
-        model, summary = next_use.fit(training.demand, horizon, *fit_args)
-        path = out_dir / f"next-use-h{horizon}.safetensors"
+    for horizon, standardise in itertools.product(spec["horizons"], spec["standardise"]):
+        model, summary = next_use.fit(training.demand, horizon, *fit_args, standardise=standardise)
+        path = out_dir / f"next-use-h{horizon}{'' if standardise else '-raw'}.safetensors"
         next_use.save(model, path, summary)
         grid = {"weights": [str(path)], "frequency": spec["frequency"]}
-        params, points = training.choose(NEXT_USE, {**grid, "coactivation": spec["coactivation"]})
-        tried += [{**p, "horizon": horizon} for p in points]
+        params, points = validation.choose(NEXT_USE, {**grid, "coactivation": spec["coactivation"]})
+        tried += [{**p, "horizon": horizon, "standardise": standardise} for p in points]
         score = max(p["share"] for p in points)
         if best is None or score > best[0]:
             best = (score, params, summary)
     _, params, summary = best
     control, control_summary = next_use.fit(
-        training.demand, summary["horizon"], *fit_args, permute=True
+        training.demand,
+        summary["horizon"],
+        *fit_args,
+        permute=True,
+        standardise=summary["standardise"],
     )
     control_path = out_dir / f"next-use{CONTROL}.safetensors"
     next_use.save(control, control_path, control_summary)
@@ -165,14 +176,24 @@ def study(
     capacities = list(causal["capacities"])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    training = Training(training_demand, capacities)
+    held_apart = settings["learned"]["validation_sequences"]["trace"]
+    fitting, validating = split(training_demand, 0, held_apart)
+    training = Training(subset(training_demand, fitting), capacities)
+    validation = Training(subset(training_demand, validating), capacities)
     tuning, rules = {}, {}
     for name, grid in causal["grids"].items():
         chosen, tried = training.choose(name, grid)
         tuning[name] = {"grid": tried, "chosen": chosen}
         rules[name] = (name, chosen)
-    fitted, about = fit_next_use(training, settings, out_dir, Path(published or out_dir))
+    fitted, about = fit_next_use(
+        training, validation, settings, out_dir, Path(published or out_dir)
+    )
     rules.update({label: (NEXT_USE, params) for label, params in fitted.items()})
+    picked = {
+        label: validation.mean_share(rule_text(*rule))
+        for label, rule in rules.items()
+        if not label.endswith(CONTROL)
+    }
     results = {
         shard: {str(c): measured(demand, rules, c, seed) for c in capacities}
         for shard, demand in shards.items()
@@ -180,7 +201,10 @@ def study(
     return CausalStudy(
         seed=seed,
         capacities=capacities,
-        training_sequences=len(set(training_demand.sequences)),
+        training_sequences=len(set(training.demand.sequences)),
+        validation_sequences=len(set(validation.demand.sequences)),
+        validation=picked,
+        chosen=max(picked, key=picked.get),  # the first of equals, in the config's order
         tuning=tuning,
         next_use=about,
         shards=results,

@@ -5,11 +5,12 @@ t's request
 (one-hot over N experts) and the router's log-probabilities at t, the log-odds that each
 expert is requested within the next `horizon` tokens. Full-batch Adam on the mean binary
 cross-entropy with a small L2 penalty, seeded from the config; the last token of each stream
-(no future) is left out. The inputs are standardised for the fit (the one-hot columns and the
-log-probabilities, down to log FLOOR, differ in scale by an order of magnitude, which left
-Adam oscillating) and the scaling is folded back into the weights, so the rule reads raw
-inputs. `permute` shuffles the labels across tokens (same seed): the
-control, whose rule must do no better than chance features.
+(no future) is left out. With `standardise` the inputs are standardised for the fit (the
+one-hot columns and the log-probabilities, down to log FLOOR, differ in scale by an order of
+magnitude, which can leave Adam oscillating) and the scaling is folded back into the
+weights, so the rule reads raw inputs either way; whether to is a choice the causal study
+makes on validation sequences (learned/causal.py). `permute` shuffles the labels across
+tokens (same seed): the control, whose rule must do no better than chance features.
 """
 
 from __future__ import annotations
@@ -48,11 +49,21 @@ def layer_ids(demand: Demand) -> dict[int, list[int]]:
     return dict(sorted(out.items()))
 
 
-def fit(demand: Demand, horizon: int, steps: int, lr: float, l2: float, seed: int, permute=False):
+def fit(
+    demand: Demand,
+    horizon: int,
+    steps: int,
+    lr: float,
+    l2: float,
+    seed: int,
+    permute=False,
+    standardise=True,
+):
     """The model of every layer (follow, router, bias stacked; layers) and a summary."""
     models, losses = [], {}
     for layer, streams in layer_ids(demand).items():
-        model, loss = fit_layer(subset(demand, streams), horizon, steps, lr, l2, seed, permute)
+        part = subset(demand, streams)
+        model, loss = fit_layer(part, horizon, steps, lr, l2, seed, permute, standardise)
         models.append(model)
         losses[str(layer)] = loss
     stacked = {name: np.stack([m[name] for m in models]) for name in ("follow", "router", "bias")}
@@ -60,6 +71,7 @@ def fit(demand: Demand, horizon: int, steps: int, lr: float, l2: float, seed: in
     summary = {
         "rows": int((demand.lengths - 1).sum()),
         "horizon": horizon,
+        "standardise": standardise,
         "steps": steps,
         "final_loss": losses,
         "permuted": permute,
@@ -67,7 +79,9 @@ def fit(demand: Demand, horizon: int, steps: int, lr: float, l2: float, seed: in
     return stacked, summary
 
 
-def fit_layer(demand: Demand, horizon, steps, lr, l2, seed, permute) -> tuple[dict, float]:
+def fit_layer(
+    demand: Demand, horizon, steps, lr, l2, seed, permute, standardise
+) -> tuple[dict, float]:
     """One layer's model: full-batch Adam on its examples; its last loss."""
     import torch
 
@@ -75,7 +89,9 @@ def fit_layer(demand: Demand, horizon, steps, lr, l2, seed, permute) -> tuple[di
     if permute:
         y = y[np.random.default_rng(seed).permutation(len(y))]
     torch.manual_seed(seed)
-    mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-6  # a constant column keeps weight 0
+    mean, scale = np.zeros(x.shape[1]), np.ones(x.shape[1])
+    if standardise:
+        mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-6  # a constant column keeps weight 0
     inputs = torch.from_numpy((x - mean) / scale).float()
     labels = torch.from_numpy(y).float()
     n = demand.num_experts

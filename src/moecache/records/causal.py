@@ -1,10 +1,14 @@
 """The causal rules' study (learned/causal.py, results/learned/causal.json) as a typed record.
 
-`tuning`: per candidate rule, the parameter grid tried on the training trace, each point's
-mean share of the gap there over the capacities, and the point chosen; `next_use`: the
-fitted model's and its shuffled-label control's summaries and files; `shards`: per trace
-shard and capacity (as text, JSON keys), every rule's copies on the shard's sequences (all
-held out: nothing was tuned or fitted on them), its share of the LRU-to-farthest-future
+`tuning`: per candidate rule, the parameter grid tried on the training trace's fitting
+sequences, each point's mean share of the gap there over the capacities, and the point
+chosen; `next_use`: the fitted model's and its shuffled-label control's summaries and files,
+every variant tried with its share on the validation sequences, and the one chosen there;
+`validation`: every rule's mean share on the training trace's validation sequences, and
+`chosen`, the rule picked there (the one the report and the scorecard speak of); `shards`:
+per trace shard and capacity (as text, JSON keys), every rule's copies on the shard's
+sequences (all held out: nothing was tuned, fitted or chosen on them), its share of the
+LRU-to-farthest-future
 gap and a percentile bootstrap interval of that share over sequences; last, what it
 traces back to (records/replay.py's Traced: settings, input files by SHA-256, versions)."""
 
@@ -27,7 +31,10 @@ class CausalStudy(Traced):
     schema: int = SCHEMA
     seed: int
     capacities: list
-    training_sequences: int
+    training_sequences: int  # the training trace's sequences fitted and tuned on
+    validation_sequences: int  # its sequences held apart, on which every choice was made
+    validation: dict  # rule -> mean share of the gap on the validation sequences
+    chosen: str  # the rule with the highest share there
     tuning: dict  # rule -> {"grid": [{params, share}], "chosen": params}
     next_use: dict  # {"model": summary, "control": summary}
     shards: dict  # shard -> str(C) -> {"sequences", "rules": {rule: {copies, share, interval}}}
@@ -35,15 +42,9 @@ class CausalStudy(Traced):
     device: str | None = None  # where it ran: the CPU
 
     def best(self) -> dict:
-        """The causal rule (no control) with the highest lowest share over shards and
-        capacities, and its rows: {"rule", "rows": {shard: {C: row}}}."""
-        rules = {r for s in self.shards.values() for c in s.values() for r in c["rules"]}
-        causal = sorted(r for r in rules if r not in REFERENCES and not r.endswith(CONTROL))
-
-        def worst(rule):
-            return min(c["rules"][rule]["share"] for s in self.shards.values() for c in s.values())
-
-        rule = max(causal, key=worst)
+        """The rule chosen on the validation sequences (never on the shards, which only
+        report) and its rows: {"rule", "rows": {shard: {C: row}}}."""
+        rule = self.chosen
         rows = {
             shard: {c: row["rules"][rule] for c, row in by_c.items()}
             for shard, by_c in self.shards.items()

@@ -135,7 +135,8 @@ def frame(study: CausalStudy) -> pd.DataFrame:
 
 CAPTION = (
     "Causal rules (learned.causal) tuned, and the next-use model fitted, on the training trace "
-    "only, then replayed on every sequence of each shard's trace at each capacity: share of "
+    "only (its variant and the rule picked on the trace's validation sequences), then "
+    "replayed on every sequence of each shard's trace at each capacity: share of "
     "the LRU-to-farthest-future gap with a 95% percentile bootstrap interval over sequences. "
     "next-use-permuted: the model fitted on shuffled labels (the control)."
 )
