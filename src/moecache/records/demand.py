@@ -98,17 +98,23 @@ def json_lines(path, what: str):
     if not Path(path).is_file():
         raise MoecacheError(f"{path}: no such {what}")
     with open(path) as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise MoecacheError(f"{where}: not JSON ({error.msg})") from None
-            if not isinstance(row, dict):
-                raise MoecacheError(f"{where}: not a JSON object")
-            yield where, row
+        yield from json_objects(path, enumerate(lines, start=1))
+
+
+def json_objects(path, numbered):
+    """(where, object) per non-blank (number, text) line of `path`; anything but a JSON
+    object is one line naming its place."""
+    for number, line in numbered:
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise MoecacheError(f"{where}: not JSON ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise MoecacheError(f"{where}: not a JSON object")
+        yield where, row
 
 
 def read_jsonl(path, num_experts: int) -> Demand:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from moecache.errors import MoecacheError
+from moecache.records.demand import json_objects
 
 MAGIC = (  # (first bytes, what the file looks like)
     (b"\x1f\x8b", "gzip"),
@@ -94,14 +94,4 @@ def lines(path) -> Iterator[tuple[int, str]]:
 
 def json_lines(path) -> Iterator[tuple[str, dict]]:
     """(where, object) per non-blank line; `where` is path:line."""
-    for number, line in lines(path):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise MoecacheError(f"{where}: not JSON ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise MoecacheError(f"{where}: not a JSON object")
-        yield where, row
+    return json_objects(path, lines(path))
