@@ -24,12 +24,13 @@ def qwen3() -> dict:
 
 @pytest.fixture(scope="module")
 def at_24(qwen3) -> dict:
-    """Qwen3-30B-A3B on 24 GiB, RAM for every expert (none given) and for some (32 GiB)."""
+    """Qwen3-30B-A3B on 24 GiB, RAM for every expert (none given, or 128 GiB: what loading
+    the checkpoint peaks at, 111.6 GiB, fits) and for some (32 GiB)."""
     stated = fit.stated_compute(12)
     given = {"link_gbs": 25, "compute": stated}
     return {
         "all": fit.answer(qwen3, 24, **given),
-        "fits": fit.answer(qwen3, 24, host_gib=64, **given),
+        "fits": fit.answer(qwen3, 24, host_gib=128, **given),
         "short": fit.answer(qwen3, 24, host_gib=32, disk_gbs=3, **given),
     }
 
@@ -58,7 +59,7 @@ def test_ram_short_of_every_expert_puts_the_rest_on_disk(at_24):
         assert row_["overlapped_ms_at_best"] == pytest.approx(max(12, copy_ms, read_ms))
 
 
-def test_ram_that_holds_every_expert_leaves_the_prediction_as_it_was(at_24):
+def test_ram_that_holds_every_expert_leaves_the_prediction_as_it_was(at_24, qwen3):
     fits, alone = at_24["fits"], at_24["all"]
     for answer in (fits, alone):
         assert answer["layout"]["host"] == 128 and answer["layout"]["disk"] == 0
@@ -66,7 +67,11 @@ def test_ram_that_holds_every_expert_leaves_the_prediction_as_it_was(at_24):
     assert fits["predicted"] == alone["predicted"]
     lru = alone["predicted"]["lru"]
     assert lru["reads"] == 0 and lru["ms_per_token"] == 12 + lru["rho"] * alone["tau"]["ms"]
-    assert fits["host_peak_bytes"] <= 64 * GIB
+    assert fits["host_peak_bytes"] <= fits["host_load_peak_bytes"] <= 128 * GIB
+    # 64 GiB holds every expert (54 GiB) but not the load: the checkpoint's files beside
+    # the experts transformers fuses from them.
+    with pytest.raises(MoecacheError, match=r"^--host-gib 64: loading the checkpoint peaks"):
+        fit.answer(qwen3, 24, host_gib=64, link_gbs=25, compute=fit.stated_compute(12))
 
 
 def test_the_printed_layout(at_24):
@@ -82,7 +87,7 @@ def test_the_printed_layout(at_24):
     fits, alone = fit.lines(at_24["fits"]), fit.lines(at_24["all"])
     assert fits[-2] == alone[-2] == said.format(128, 0)
     assert [i for i, (a, b) in enumerate(zip(fits, alone, strict=True)) if a != b] == [3]
-    assert fits[3] == alone[3] + ", of 64 GiB" and "disk" not in "".join(fits[:-2])
+    assert fits[3] == alone[3] + ", of 128 GiB" and "disk" not in "".join(fits[:-2])
 
 
 def test_the_host_counts_the_ring_beside_its_experts():
@@ -157,3 +162,25 @@ def test_bad_host_and_disk_flags_are_one_line(tmp_path, capsys):
         "fewer than the device's C = ": ("--gpu-gib", "24", "--host-gib", "16"),
     }
     refused_in_one_line(capsys, tmp_path, cases)
+
+
+def test_a_host_that_cannot_load_the_checkpoint_is_refused_naming_the_parts():
+    """Every expert in host RAM (the harness's jobs) but a load phase above R: one line
+    naming the checkpoint's files, the fused experts and the stacks; with a disk tier the
+    load peak is reported beside the layout."""
+    chosen = {
+        "num_experts": 8,
+        "capacity": 2,
+        "offloaded_layers": [0, 1],
+        "expert_bytes": GIB // 4,
+        "pinned_host_bytes": 4 * GIB,
+        "host_load_peak_bytes": 9 * GIB,
+        "checkpoint_file_bytes": 5 * GIB,
+        "fused_experts_bytes": 3 * GIB,
+        "fusing_stacks_bytes": GIB,
+    }
+    with pytest.raises(MoecacheError, match=r"^--host-gib 8: loading the checkpoint peaks") as e:
+        tiers.layout(chosen, 4 * GIB, 8)
+    assert "its files 5.000 GiB" in str(e.value) and "\n" not in str(e.value)
+    assert tiers.layout(chosen, 4 * GIB, 9)["load_peak_bytes"] == 9 * GIB
+    assert tiers.layout(chosen, 4 * GIB, 2.5)["disk"] == 3  # a server's layout: not loaded

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import weakref
 
 import torch
 
@@ -64,6 +65,26 @@ def pin(tensor: torch.Tensor) -> torch.Tensor:
     if is_pinned(tensor) or not torch.cuda.is_available():
         return tensor
     return tensor.pin_memory()
+
+
+def pin_in_place(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` page-locked where it lies (cudaHostRegister), no second copy of it held
+    while it is pinned; unregistered when `tensor` (the object the caller keeps: a
+    Parameter) is collected, before its memory is freed. A tensor that is not the whole of
+    its own storage (a view into a mapped checkpoint file), or that the driver refuses to
+    register, is pinned as a copy (`pin`). In a rehearsal, as `pin`: the tensor itself."""
+    if is_pinned(tensor) or not torch.cuda.is_available():
+        return tensor
+    nbytes = tensor.numel() * tensor.element_size()
+    own = tensor.is_contiguous() and tensor.untyped_storage().nbytes() == nbytes
+    cudart = torch.cuda.cudart()
+    if not own or nbytes == 0 or int(cudart.cudaHostRegister(tensor.data_ptr(), nbytes, 0)):
+        clear = getattr(cudart, "cudaGetLastError", None)  # a refused register's error
+        if own and clear is not None:
+            clear()
+        return pin(tensor)
+    weakref.finalize(tensor, cudart.cudaHostUnregister, tensor.data_ptr())
+    return tensor
 
 
 def empty_pinned(shape, dtype) -> torch.Tensor:

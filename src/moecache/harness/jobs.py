@@ -23,7 +23,7 @@ from moecache.harness import (
     runs,
 )
 from moecache.model import checkpoint, registry
-from moecache.model.memory import LEDGER, ring_mib
+from moecache.model.memory import HOST, LEDGER, LOAD, host_census, ring_mib
 from moecache.records.bandwidth import BandwidthResult, LinkCheckResult
 from moecache.records.gates import GatesResult
 from moecache.records.io import read_record
@@ -47,17 +47,20 @@ def load_model(settings: dict, model_source: str, device: str, offload=True):
     whole model goes to the device."""
     model_settings = settings["model"]
     LEDGER.reset()  # a job's peaks start at its model
-    model = checkpoint.load(
-        model_source,
-        model_settings["dtype"],
-        "cpu" if offload else device,
-        model_settings["architecture"],
-        model_settings.get("experts_implementation"),
-        configs.family(settings),
-        stored_layers=settings["harness"]["restricted_layers"],
-    )
-    if offload:
-        placement.place(model, settings["harness"]["restricted_layers"], device)
+    # What transformers holds while it reads (no Ledger call sees it): the load phase's.
+    with host_census() as counted:
+        model = checkpoint.load(
+            model_source,
+            model_settings["dtype"],
+            "cpu" if offload else device,
+            model_settings["architecture"],
+            model_settings.get("experts_implementation"),
+            configs.family(settings),
+            stored_layers=settings["harness"]["restricted_layers"],
+        )
+        if offload:
+            placement.place(model, settings["harness"]["restricted_layers"], device)
+    LEDGER.record(LOAD, HOST, counted["peak"])
     return model
 
 
@@ -96,6 +99,7 @@ def run_gates(settings, model_source, sequences_path, out) -> dict:
         longest = max(len(ids) for ids in sequences)
         reference = {"all": runs.resident_spec(settings)}
         runs.refuse_unfitting_reference(settings, reference, model, longest)
+    LEDGER.begin("gates")
     report = gates.run(model, sequences, settings["harness"], settings["seed"], left_out)
     report["accountant"] = LEDGER.report()
     gates.check(report)  # a failed gate fails the job, with the numbers, and writes nothing
@@ -133,6 +137,7 @@ def run_decode(
         memory = plan.plan(settings, source=model_source, tokens=longest, shard=first_shard)
         print("\n".join(plan.lines(memory)))
     read_record(gates_path, GatesResult)  # the shard's gates passed (the rule's input)
+    LEDGER.begin("decode")
     decoded = runs.decode_runs(settings, model, sequences, planned)
     only = None if run is None else str(run)
     runs.write(settings, planned, decoded, shard, gates_path, out_dir, trace_dir, only)

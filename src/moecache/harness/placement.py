@@ -1,17 +1,16 @@
-"""Where each weight lives: the offloaded layers' routed experts in one host copy (pinned on
-CUDA), every other weight on the device, and an own block's experts staged onto the device
-one layer at a time when the model's own block runs.
+"""Where each weight lives: the offloaded layers' routed experts in one host copy (pinned
+on CUDA), every other weight on the device, and an own block's experts staged onto the
+device one layer at a time when the model's own block runs.
 
 The whole model never sits on the device: `jobs.load_model` has transformers read the
-checkpoint into host memory, `offload_experts` replaces each offloaded layer's expert
-tensors with their pinned copy layer by layer (the unpinned originals are freed as it goes,
-so host memory peaks at the model plus one layer's experts), and only then are the other
-weights moved. The model's own block still runs wherever it is used (the base NLL, the
-gates' own-block arm): on CUDA a forward pre-hook copies that layer's N experts into one
-staging buffer shared by every offloaded layer (a forward runs the layers one after another)
-and a hook after it points the module back at the host copy. On a CPU the host memory is the
-device's, and the own block reads the host copy directly.
-"""
+checkpoint into host memory, `offload_experts` pins each offloaded layer's expert tensors
+where transformers left them (gpu.pin_in_place: no second copy; a copy, its original freed
+at once, only where the driver refuses), and only then are the other weights moved. The
+model's own block still runs wherever it is used (the base NLL, the gates' own-block arm):
+on CUDA a forward pre-hook copies that layer's N experts into one staging buffer shared by
+every offloaded layer (a forward runs the layers one after another) and a hook after it
+points the module back at the host copy. On a CPU the host memory is the device's, and the
+own block reads the host copy directly."""
 
 from __future__ import annotations
 
@@ -82,11 +81,13 @@ def offload_experts(model, layers, device, stage=None) -> None:
             continue
         host = {}
         for name, weight in list(experts.named_parameters(recurse=False)):
-            tensor = weight.detach().to("cpu").contiguous()
-            if pin:
-                tensor = gpu.pin(tensor)
-            host[name] = LEDGER.adopt("experts", HOST, nn.Parameter(tensor, requires_grad=False))
-            experts._parameters[name] = host[name]  # the original is freed here
+            tensor = nn.Parameter(weight.detach().to("cpu").contiguous(), requires_grad=False)
+            if pin:  # where transformers left it: no second copy of the layer
+                tensor = gpu.pin_in_place(tensor)
+                if not isinstance(tensor, nn.Parameter):  # pinned as a copy after all
+                    tensor = nn.Parameter(tensor, requires_grad=False)
+            host[name] = LEDGER.adopt("experts", HOST, tensor)
+            experts._parameters[name] = host[name]  # a copy's original is freed here
         experts._moecache_host = host
         if stage:
             staging = staging_of(model, device)

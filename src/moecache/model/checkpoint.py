@@ -110,3 +110,61 @@ def load(
     )
     quantized.stored_experts(source, config, adapter, model, list(stored_layers))
     return model.to(device).eval()
+
+
+def fused_in_order(model_type: str) -> list[tuple[str, bool]]:
+    """The expert parameters transformers fuses from a checkpoint's per-expert tensors
+    (the family's conversion mapping: MergeModulelist, then Concatenate for gate and up), in
+    the order it fuses them within a layer (a layer's keys are read sorted, so the
+    converter whose first source name sorts first goes first), each with whether it
+    concatenates two stacks (both alive beside the result while it does)."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import Concatenate, WeightConverter
+
+    fused = []
+    for entry in get_checkpoint_conversion_mapping(model_type) or []:
+        sources = [p for p in entry.source_patterns if "experts.*." in p]
+        if not isinstance(entry, WeightConverter) or not sources:
+            continue
+        first = min(p.split("*.", 1)[1] for p in sources)
+        name = entry.target_patterns[0].rsplit(".", 1)[-1]
+        fused.append((first, name, any(isinstance(op, Concatenate) for op in entry.operations)))
+    return [(name, concat) for _, name, concat in sorted(fused)]
+
+
+# Small tensors transformers makes beside the weights while it loads: the rotary
+# frequencies and the temporaries computing them (GPT-OSS's YaRN holds 1,152 bytes at its
+# load's peak, the mapped files, by the host census), bounded here rather than sized.
+SMALL_TENSOR_BYTES = 4096
+
+
+def load_host_peak(file_bytes: int, layers: list[dict], model_type: str) -> dict:
+    """The host memory transformers holds while it reads a checkpoint onto the CPU
+    (`file_bytes`: its safetensors files, mapped and read whole; the tensors it keeps as
+    stored are views of them): each MoE layer's experts fused from per-expert tensors into
+    new tensors, layer by layer, a concatenated pair's two stacks alive beside the result
+    while it is made. `layers`: each MoE layer's expert parameters' bytes, in order.
+    Returns the peak (with SMALL_TENSOR_BYTES), what is still held after (the files and the
+    fused experts) and the largest of the fusing's stacks."""
+    alive = peak = file_bytes
+    stacks = 0
+    for params in layers:
+        for name, concat in fused_in_order(model_type):
+            out = params[name]
+            stacks = max(stacks, out if concat else 0)
+            peak = max(peak, alive + out + (out if concat else 0))
+            alive += out
+    return {
+        "host_load_peak_bytes": peak + SMALL_TENSOR_BYTES,
+        "host_loaded_bytes": alive,
+        "checkpoint_file_bytes": file_bytes,
+        "fused_experts_bytes": alive - file_bytes,
+        "fusing_stacks_bytes": stacks,
+    }
+
+
+def file_bytes(source) -> int | None:
+    """The bytes of a local checkpoint's safetensors files; None where there are none."""
+    folder = Path(str(source))
+    files = list(folder.glob("*.safetensors")) if folder.is_dir() else []
+    return sum(f.stat().st_size for f in files) if files else None

@@ -11,6 +11,7 @@ figures from the config alone with `job_peaks`, the one formula both sides share
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
 
@@ -20,6 +21,7 @@ from moecache import gpu
 from moecache.errors import MoecacheError
 
 DEVICE, HOST = "device", "host"
+LOAD = "load"  # the phase of a job that reads its checkpoint and places its weights
 
 
 class Ledger:
@@ -31,12 +33,25 @@ class Ledger:
         self.held = {DEVICE: {}, HOST: {}}  # where -> what -> bytes alive
         self.peak = {DEVICE: 0, HOST: 0}
         self.peak_parts = {DEVICE: {}, HOST: {}}  # what made up each peak
+        self.phase, self.phases = None, {}  # phase -> where -> its peak
 
     def reset_peak(self) -> None:
         """The peaks from now on (what is held stays counted), as
         torch.cuda.reset_peak_memory_stats: each job of one process measured apart."""
         for where, held in self.held.items():
             self.peak[where], self.peak_parts[where] = sum(held.values()), dict(held)
+
+    def begin(self, phase: str) -> None:
+        """A phase of the job from now on (gates, decode): the peaks reset, and each
+        phase's own kept apart (`phases`) from what it starts with."""
+        self.reset_peak()
+        self.phase = phase
+        self.phases[phase] = dict(self.peak)
+
+    def record(self, phase: str, where: str, nbytes: int) -> None:
+        """A peak measured apart (the load phase's host census), kept as the phase's."""
+        peaks = self.phases.setdefault(phase, {DEVICE: 0, HOST: 0})
+        peaks[where] = max(peaks.get(where, 0), nbytes)
 
     def empty(self, what: str, where: str, shape, dtype, device, pin=False) -> torch.Tensor:
         """A new tensor, counted under `what` in `where` until it is collected."""
@@ -59,6 +74,8 @@ class Ledger:
         if total > self.peak[where]:
             self.peak[where] = total
             self.peak_parts[where] = dict(held)
+        if self.phase is not None:
+            self.record(self.phase, where, total)
 
     def bytes(self, where: str) -> int:
         return sum(self.held[where].values())
@@ -69,12 +86,40 @@ class Ledger:
             "host_peak_bytes": self.peak[HOST],
             "device_peak_parts": self.peak_parts[DEVICE],
             "host_peak_parts": self.peak_parts[HOST],
+            "phase_peak_bytes": {phase: dict(peaks) for phase, peaks in self.phases.items()},
         }
 
 
 # One per process, as torch.cuda's memory statistics are: every allocation of a job goes
 # through it, wherever in the harness it is made.
 LEDGER = Ledger()
+
+
+@contextlib.contextmanager
+def host_census():
+    """Every host (CPU) allocation made inside, counted by torch's profiler as the
+    allocator reports it: `box["peak"]` the most alive at once, `box["end"]` what is still
+    alive at the end (bytes, from zero at the start). What transformers allocates while it
+    reads a checkpoint (the mapped safetensors files, the experts it fuses, the stacks it
+    fuses them from), which no Ledger call sees."""
+    from torch.profiler import ProfilerActivity, profile
+
+    box = {"peak": 0, "end": 0}
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        yield box
+    box["peak"], box["end"] = running_peak(prof.events())
+
+
+def running_peak(events) -> tuple[int, int]:
+    """The most host bytes alive at once and at the end, over profiler events in the order
+    they began: an op's own allocations net of its own frees at its start, a free outside
+    any op where it happens."""
+    alive = peak = 0
+    for event in sorted(events, key=lambda e: e.time_range.start):
+        is_free = event.name == "[memory]"
+        alive += event.cpu_memory_usage if is_free else event.self_cpu_memory_usage
+        peak = max(peak, alive)
+    return peak, alive
 
 
 def count_cache(cache) -> None:

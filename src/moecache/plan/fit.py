@@ -483,6 +483,8 @@ def answer(
         "chosen_by": figure,
         "device_peak_bytes": peak(chosen),
         "host_peak_bytes": host,
+        "host_load_peak_bytes": chosen.get("host_load_peak_bytes"),  # each job's load phase
+        "job_host_peak_bytes": chosen.get("job_host_peak_bytes"),
         "next_device_peak_bytes": peak(nxt) if nxt else None,
         "layout": layout,
         "plan": chosen,

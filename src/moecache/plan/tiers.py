@@ -30,7 +30,10 @@ def layout(chosen: dict, host_peak_bytes: int, host_gib: float | None) -> dict:
     plan does not count them: the process's own memory and the page cache. Without
     `host_gib` the host holds every expert, as before. Refused in one line where the
     host holds fewer than the device's C (a host cache holds at least the device's:
-    docs/tiers.md)."""
+    docs/tiers.md), or, where the host holds every expert (the harness's own jobs), where
+    loading the checkpoint peaks above `host_gib` (check_load). With experts on disk only
+    the layout is a server's that reads them from there, not the harness's loading, whose
+    peak (`load_peak_bytes`) is reported beside it unchecked."""
     n, c = chosen["num_experts"], chosen["capacity"]
     layers = len(chosen["offloaded_layers"])
     row = chosen["expert_bytes"] * layers  # one expert more in every offloaded layer
@@ -39,6 +42,8 @@ def layout(chosen: dict, host_peak_bytes: int, host_gib: float | None) -> dict:
         host = n
     else:
         host = min(n, max(0, int((host_gib * GIB - beside) // row)))
+    if host == n:  # the harness's own jobs, which load the whole checkpoint first
+        check_load(chosen, host_gib)
     if host < c:
         raise MoecacheError(
             f"--host-gib {host_gib:g}: host RAM holds {host} experts per layer "
@@ -53,8 +58,25 @@ def layout(chosen: dict, host_peak_bytes: int, host_gib: float | None) -> dict:
         "host_bytes": host * row + beside,
         "host_beside_bytes": beside,
         "every_expert_host_bytes": host_peak_bytes,
+        "load_peak_bytes": chosen.get("host_load_peak_bytes"),
         "host_gib": host_gib,
     }
+
+
+def check_load(chosen: dict, host_gib: float | None) -> None:
+    """Refused in one line where a job's load phase (plan.loading: transformers reading the
+    checkpoint, whatever the tiers hold afterwards) peaks above `host_gib`, naming its
+    parts: the checkpoint's files, the experts transformers fuses and a pair's stacks."""
+    peak = chosen.get("host_load_peak_bytes")
+    if host_gib is None or peak is None or peak <= host_gib * GIB:
+        return
+    raise MoecacheError(
+        f"--host-gib {host_gib:g}: loading the checkpoint peaks at {peak / GIB:.3f} GiB of "
+        f"host memory, over {host_gib:g} GiB: its files {chosen['checkpoint_file_bytes'] / GIB:.3f}"
+        f" GiB, mapped while read, beside the experts transformers fuses from them, "
+        f"{chosen['fused_experts_bytes'] / GIB:.3f} GiB, and one pair's stacks while it fuses "
+        f"them, {chosen['fusing_stacks_bytes'] / GIB:.3f} GiB"
+    )
 
 
 def disk_read(expert_bytes: int, settings: dict, disk_gbs: float | None) -> dict:

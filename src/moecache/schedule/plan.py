@@ -84,6 +84,7 @@ def plan(
         "dtype": model["dtype"],
         **held(config, harness["restricted_layers"], harness["capacity"], element),
     }
+    report.update(loading(config, report, source))
     report["kv_cache_tokens"] = tokens or settings["corpus"]["heldout"]["max_tokens"]
     report["kv_cache_bytes"] = kv_bytes_per_token(config, element) * report["kv_cache_tokens"]
     report["device_bytes"] = report["held_bytes"] + report["kv_cache_bytes"]
@@ -148,16 +149,34 @@ def job_peaks(settings: dict, report: dict, shard: str) -> dict:
         "gates": report["pinned_host_bytes"],
         "decode": report["pinned_host_bytes"] + host_ring,
     }
+    # Each job first loads its model (`loading`): its host peak is the larger phase's.
+    phases = {"load": report["host_load_peak_bytes"], **hosts}
     return {
         "reference_kept": kept,
         "job_device_peak_bytes": jobs,
         "device_peak_bytes": max(jobs.values()),
         "job_host_peak_bytes": hosts,
         "host_peak_bytes": max(hosts.values()),
-        # transformers reads the whole checkpoint into host memory first; each offloaded
-        # layer's pinned copy is made (and its original freed) one layer at a time.
-        "host_load_peak_bytes": report["total_weights_bytes"] + (n * expert if cuda else 0),
+        "host_phase_peak_bytes": phases,
+        "host_ram_bytes": max(phases.values()),
     }
+
+
+def loading(config, report: dict, source=None) -> dict:
+    """The host memory of a job's load phase (model/checkpoint.py load_host_peak): the
+    checkpoint's safetensors files (a local checkpoint's own sizes, else its weights as
+    stored: quantized experts at their stored bytes) mapped while transformers reads them,
+    beside the experts it fuses from per-expert tensors and a pair's stacks while it fuses
+    them. Placing adds nothing: the offloaded experts are pinned where transformers left
+    them (gpu.pin_in_place), and the other weights leave host memory for the device."""
+    files = checkpoint.file_bytes(source) if isinstance(source, (str, Path)) else None
+    layers = report.pop("moe_expert_param_bytes")
+    if files is None:
+        files = report["total_weights_bytes"]
+        if report["stored_expert_bytes"]:  # stored experts, not their dequantized bytes
+            dense = sum(sum(params.values()) for params in layers)
+            files += report["stored_expert_bytes"] * report["num_experts"] * len(layers) - dense
+    return checkpoint.load_host_peak(files, layers, config.model_type)
 
 
 def ring_bytes(harness: dict, expert: int, layers: int) -> tuple[int, int]:
@@ -227,6 +246,7 @@ def held(config, layers, capacity: int, element: int) -> dict:
         return sum(nbytes[id(p)] for m in modules for p in m.parameters())
 
     offloaded = [adapter.layer_experts(model, layer) for layer in layers]
+    moe_experts = [adapter.layer_experts(model, layer) for layer in sizes.moe_layers]
     moe_blocks = [adapter.block(model, layer) for layer in sizes.moe_layers]
     shared = [m for block in moe_blocks for m in adapter.shared_modules(block)]
     # A quantized checkpoint's experts as stored (model/quantized.py), else as loaded.
@@ -244,6 +264,12 @@ def held(config, layers, capacity: int, element: int) -> dict:
         "slot_bytes": expert_bytes * capacity * len(layers),
         "pinned_host_bytes": expert_bytes * sizes.num_experts * len(layers),
         "total_weights_bytes": count([model]),
+        "stored_expert_bytes": stored,
+        # Each MoE layer's expert parameters as loaded, for the load phase (`loading`).
+        "moe_expert_param_bytes": [
+            {name: nbytes[id(p)] for name, p in m.named_parameters(recurse=False)}
+            for m in moe_experts
+        ],
     }
     report["held_bytes"] = report["weights_bytes"] + report["slot_bytes"]
     return report
@@ -274,7 +300,9 @@ def lines(report: dict) -> list[str]:
             f"  device peak: {gib('device_peak_bytes')} ({jobs}; the all-resident "
             f"reference {reference})",
             f"  host peak: {gib('host_peak_bytes')} while decoding; "
-            f"{gib('host_load_peak_bytes')} while loading (the whole checkpoint read first)",
+            f"{gib('host_load_peak_bytes')} while loading (the checkpoint's files "
+            f"{gib('checkpoint_file_bytes')}, the experts transformers fuses "
+            f"{gib('fused_experts_bytes')} and one pair's stacks {gib('fusing_stacks_bytes')})",
         ]
     if "fits" in report:
         verdict = "peak fits" if report["fits"] else "peak does NOT fit"
