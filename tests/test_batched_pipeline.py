@@ -15,9 +15,10 @@ from run_records import gates_record
 
 from moecache import config as configs
 from moecache.errors import MoecacheError
-from moecache.harness import batched_runs, jobs, trace
+from moecache.harness import batched_runs, jobs
 from moecache.harness import decode as harness_decode
 from moecache.model import tiny
+from moecache.records import trace
 from moecache.report import batching
 from moecache.runs import BatchShape, NameFormatError, batch_shapes
 

@@ -506,8 +506,8 @@ def test_the_causal_rules_decode_closed_loop_as_they_replay(smoke, tmp_path):
     each one's copies, sequence by sequence, equal its replay of the demand it met."""
     from test_next_use import model_file
 
-    from moecache.harness import trace as traces
     from moecache.learned import causal
+    from moecache.records import trace as traces
     from moecache.records.trace import read_demand
 
     config, model, sequences = smoke
