@@ -90,15 +90,21 @@ def test_the_printed_layout(at_24):
     assert fits[3] == alone[3] + ", of 128 GiB" and "disk" not in "".join(fits[:-2])
 
 
-def test_the_host_counts_the_ring_beside_its_experts():
-    """A made-up plan: 8 experts of 1/4 GiB in 2 layers, C = 2, a 1/2 GiB ring beside."""
-    chosen = {
+def made_up_plan(**parts) -> dict:
+    """A plan's layout facts: 8 experts of 1/4 GiB in 2 layers, C = 2; `parts` beside."""
+    return {
         "num_experts": 8,
         "capacity": 2,
         "offloaded_layers": [0, 1],
         "expert_bytes": GIB // 4,
         "pinned_host_bytes": 4 * GIB,
+        **parts,
     }
+
+
+def test_the_host_counts_the_ring_beside_its_experts():
+    """A made-up plan: 8 experts of 1/4 GiB in 2 layers, C = 2, a 1/2 GiB ring beside."""
+    chosen = made_up_plan()
     layout = tiers.layout(chosen, 4 * GIB + GIB // 2, 2.5)
     assert (layout["host"], layout["disk"]) == (4, 4)  # (2.5 - 0.5) GiB over 1/2 GiB a row
     assert layout["host_bytes"] == int(2.5 * GIB) and layout["host_beside_bytes"] == GIB // 2
@@ -168,19 +174,16 @@ def test_a_host_that_cannot_load_the_checkpoint_is_refused_naming_the_parts():
     """Every expert in host RAM (the harness's jobs) but a load phase above R: one line
     naming the checkpoint's files, the fused experts and the stacks; with a disk tier the
     load peak is reported beside the layout."""
-    chosen = {
-        "num_experts": 8,
-        "capacity": 2,
-        "offloaded_layers": [0, 1],
-        "expert_bytes": GIB // 4,
-        "pinned_host_bytes": 4 * GIB,
-        "host_load_peak_bytes": 9 * GIB,
-        "checkpoint_file_bytes": 5 * GIB,
-        "fused_experts_bytes": 3 * GIB,
-        "fusing_stacks_bytes": GIB,
-    }
+    chosen = made_up_plan(
+        host_load_peak_bytes=9 * GIB,
+        checkpoint_file_bytes=5 * GIB,
+        read_experts_bytes=2 * GIB,
+        fused_experts_bytes=GIB,
+        fusing_stacks_bytes=GIB,
+    )
     with pytest.raises(MoecacheError, match=r"^--host-gib 8: loading the checkpoint peaks") as e:
         tiers.layout(chosen, 4 * GIB, 8)
     assert "its files 5.000 GiB" in str(e.value) and "\n" not in str(e.value)
+    assert "read from them in place, 2.000 GiB" in str(e.value)
     assert tiers.layout(chosen, 4 * GIB, 9)["load_peak_bytes"] == 9 * GIB
     assert tiers.layout(chosen, 4 * GIB, 2.5)["disk"] == 3  # a server's layout: not loaded

@@ -88,7 +88,10 @@ def pin_in_place(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def empty_pinned(shape, dtype) -> torch.Tensor:
-    return pin(torch.empty(shape, dtype=dtype))
+    """A new tensor allocated in page-locked host memory (not pinned as a copy of an
+    unpinned one: the two would be alive at once); in a rehearsal, as `pin`: plain."""
+    page_locked = torch.cuda.is_available() and not rehearsing()
+    return torch.empty(shape, dtype=dtype, pin_memory=page_locked)
 
 
 class StandInEvent:

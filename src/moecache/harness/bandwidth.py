@@ -113,8 +113,8 @@ def measure_pools(hosts, link, multipliers, capacity: int, rounds: int = 15) -> 
 def large_copy_seconds(host: HostExperts, device: str, repeats: int = 5) -> float:
     """One copy of all the layer's expert bytes at once, for comparison with the loop."""
     nbytes = host.expert_bytes * host.num_experts
-    flat_host = torch.empty(nbytes, dtype=torch.uint8)
-    flat_host = (gpu.pin(flat_host) if host.pinned else flat_host).fill_(1)
+    empty = gpu.empty_pinned if host.pinned else torch.empty
+    flat_host = empty(nbytes, dtype=torch.uint8).fill_(1)
     flat_device = torch.empty(nbytes, dtype=torch.uint8, device=device)
     watch, times = Stopwatch(device), []
     for _ in range(repeats):

@@ -79,11 +79,14 @@ class SlowLink:
         counted by the accountant."""
 
         def ring(like, side, count, pinned=False):
-            block = torch.empty((count, *like.shape), dtype=like.dtype)
-            block = (gpu.pin(block) if pinned else block).fill_(1)
-            # In a rehearsal on a CPU the device ring is a host tensor, counted as the device's.
-            block = block if side == HOST else block.to(self.where)
-            return LEDGER.adopt("link ring", side, block)
+            # Each made where it lives (no host copy of the device ring on its way there);
+            # in a rehearsal on a CPU the device ring is a host tensor, counted as the device's.
+            shape, dtype = (count, *like.shape), like.dtype
+            if side == HOST:
+                block = (gpu.empty_pinned if pinned else torch.empty)(shape, dtype=dtype)
+            else:
+                block = torch.empty(shape, dtype=dtype, device=self.where)
+            return LEDGER.adopt("link ring", side, block.fill_(1))
 
         self.host = [ring(w, HOST, self.host_blocks, self.pin) for w in self.expert]
         self.device = [ring(w, DEVICE, self.device_blocks) for w in self.expert]

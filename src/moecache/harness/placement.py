@@ -2,15 +2,15 @@
 on CUDA), every other weight on the device, and an own block's experts staged onto the
 device one layer at a time when the model's own block runs.
 
-The whole model never sits on the device: `jobs.load_model` has transformers read the
-checkpoint into host memory, `offload_experts` pins each offloaded layer's expert tensors
-where transformers left them (gpu.pin_in_place: no second copy; a copy, its original freed
-at once, only where the driver refuses), and only then are the other weights moved. The
-model's own block still runs wherever it is used (the base NLL, the gates' own-block arm):
-on CUDA a forward pre-hook copies that layer's N experts into one staging buffer shared by
-every offloaded layer (a forward runs the layers one after another) and a hook after it
-points the module back at the host copy. On a CPU the host memory is the device's, and the
-own block reads the host copy directly."""
+The whole model never sits on the device: `jobs.load_model` reads the checkpoint into host
+memory (the routed experts read into place, model/expert_reader.py), `offload_experts`
+pins each offloaded layer's expert tensors where they lie (gpu.pin_in_place: no second
+copy; a copy, its original freed at once, only where the driver refuses), and only then
+are the other weights moved. The model's own block still runs wherever it is used (the
+base NLL, the gates' own-block arm): on CUDA a forward pre-hook copies that layer's N
+experts into one staging buffer shared by every offloaded layer (a forward runs the layers
+one after another) and a hook after it points the module back at the host copy. On a CPU
+the host memory is the device's, and the own block reads the host copy directly."""
 
 from __future__ import annotations
 

@@ -8,12 +8,13 @@ or any local checkpoint folder.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
 
 from moecache.errors import MoecacheError, first_line
-from moecache.model import registry
+from moecache.model import expert_reader, registry
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -90,9 +91,11 @@ def load(
 ):
     """Load a causal LM of a family with an adapter from a local folder or a hub id,
     weights via safetensors; `experts_implementation`: transformers' expert kernel (its
-    default when None). A quantized checkpoint (MXFP4, block-scaled FP8) keeps the routed
-    experts of `stored_layers` (the offloaded ones) as stored, and the rest is dequantized
-    to `dtype` by transformers (model/quantized.py)."""
+    default when None). The routed experts are read into place from the files
+    (model/expert_reader.py) where transformers would fuse them. A quantized checkpoint
+    (MXFP4, block-scaled FP8) keeps the routed experts of `stored_layers` (the offloaded
+    ones) as stored, and the rest is dequantized to `dtype` by transformers
+    (model/quantized.py)."""
     from transformers import AutoModelForCausalLM
 
     from moecache.model import kernel as _  # noqa: F401  (registers the per-expert kernel)
@@ -101,15 +104,57 @@ def load(
     config = read_config(source)
     adapter = check_architecture(config, arch, source, family)
     kernel = {"experts_implementation": experts_implementation} if experts_implementation else {}
-    model = AutoModelForCausalLM.from_pretrained(
-        str(source),
-        dtype=DTYPES[dtype],
-        use_safetensors=True,
-        **kernel,
-        **quantized.load_kwargs(config),
-    )
+    # Every MoE layer's experts read by expert_reader in place, not fused by transformers.
+    reading = list(adapter.sizes(config).moe_layers) if expert_reader.reads(config) else []
+    with unwritten_experts(bool(reading)):
+        model, info = AutoModelForCausalLM.from_pretrained(
+            str(source),
+            dtype=DTYPES[dtype],
+            use_safetensors=True,
+            key_mapping=expert_reader.skipping(reading) or None,
+            output_loading_info=True,
+            **kernel,
+            **quantized.load_kwargs(config),
+        )
+    if reading:
+        check_only_experts_missing(model, adapter, reading, info["missing_keys"], source)
+        expert_reader.read(model, adapter, quantized.checkpoint_folder(source), reading)
     quantized.stored_experts(source, config, adapter, model, list(stored_layers))
     return model.to(device).eval()
+
+
+@contextlib.contextmanager
+def unwritten_experts(skipping: bool):
+    """While transformers reads a checkpoint whose routed experts it skips: their
+    parameters left uninitialised (expert_reader writes them next; initialising tens of GiB
+    at random would take minutes) and its report of the skipped keys unsaid."""
+    if not skipping:
+        yield
+        return
+    from transformers.initialization import no_init_weights
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        with no_init_weights():
+            yield
+    finally:
+        logging.set_verbosity(verbosity)
+
+
+def check_only_experts_missing(model, adapter, layers, missing, source) -> None:
+    """Nothing but the skipped experts may be missing: any other weight would be left
+    uninitialised."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    skipped = {
+        names[id(p)] for layer in layers for p in adapter.layer_experts(model, layer).parameters()
+    }
+    other = sorted(set(missing) - skipped)
+    if other:
+        raise MoecacheError(
+            f"model.source {source}: the checkpoint lacks {len(other)} weights ({other[0]}, ...)"
+        )
 
 
 def fused_in_order(model_type: str) -> list[tuple[str, bool]]:
@@ -138,27 +183,33 @@ def fused_in_order(model_type: str) -> list[tuple[str, bool]]:
 SMALL_TENSOR_BYTES = 4096
 
 
-def load_host_peak(file_bytes: int, layers: list[dict], model_type: str) -> dict:
-    """The host memory transformers holds while it reads a checkpoint onto the CPU
-    (`file_bytes`: its safetensors files, mapped and read whole; the tensors it keeps as
-    stored are views of them): each MoE layer's experts fused from per-expert tensors into
-    new tensors, layer by layer, a concatenated pair's two stacks alive beside the result
-    while it is made. `layers`: each MoE layer's expert parameters' bytes, in order.
-    Returns the peak (with SMALL_TENSOR_BYTES), what is still held after (the files and the
-    fused experts) and the largest of the fusing's stacks."""
+def load_host_peak(file_bytes: int, layers: list[dict], model_type: str, read=(), chunk=0) -> dict:
+    """The host memory a job holds while it reads a checkpoint onto the CPU (`file_bytes`:
+    its safetensors files, mapped and read whole by transformers; the tensors it keeps as
+    stored are views of them). `layers`: each MoE layer's expert parameters' bytes, in
+    order; `read`: whether each is offloaded and read by expert_reader, else fused by
+    transformers from per-expert tensors into new tensors, layer by layer, a concatenated
+    pair's two stacks alive beside the result while it is made. The read layers' tensors
+    are allocated once transformers is done (its missing weights), and filled in place,
+    through one buffer of `chunk` bytes where the stored dtype is not the model's.
+    Returns the peak (with SMALL_TENSOR_BYTES), what is still held after and its parts."""
+    read = list(read) or [False] * len(layers)
     alive = peak = file_bytes
     stacks = 0
-    for params in layers:
+    for params in (p for p, r in zip(layers, read, strict=True) if not r):
         for name, concat in fused_in_order(model_type):
             out = params[name]
             stacks = max(stacks, out if concat else 0)
             peak = max(peak, alive + out + (out if concat else 0))
             alive += out
+    in_place = sum(sum(p.values()) for p, r in zip(layers, read, strict=True) if r)
+    peak = max(peak, alive + in_place + (chunk if in_place else 0))
     return {
         "host_load_peak_bytes": peak + SMALL_TENSOR_BYTES,
-        "host_loaded_bytes": alive,
+        "host_loaded_bytes": alive + in_place,
         "checkpoint_file_bytes": file_bytes,
         "fused_experts_bytes": alive - file_bytes,
+        "read_experts_bytes": in_place,
         "fusing_stacks_bytes": stacks,
     }
 

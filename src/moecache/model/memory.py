@@ -95,18 +95,31 @@ class Ledger:
 LEDGER = Ledger()
 
 
+SYNC_LOAD = "HF_DEACTIVATE_ASYNC_LOAD"  # transformers reads on the calling thread alone
+
+
 @contextlib.contextmanager
 def host_census():
     """Every host (CPU) allocation made inside, counted by torch's profiler as the
     allocator reports it: `box["peak"]` the most alive at once, `box["end"]` what is still
-    alive at the end (bytes, from zero at the start). What transformers allocates while it
-    reads a checkpoint (the mapped safetensors files, the experts it fuses, the stacks it
-    fuses them from), which no Ledger call sees."""
+    alive at the end (bytes, from zero at the start). What a job allocates while it reads
+    a checkpoint (the mapped safetensors files, the experts read into place, any
+    transformers fuses and the stacks it fuses them from), which no Ledger call sees."""
     from torch.profiler import ProfilerActivity, profile
 
     box = {"peak": 0, "end": 0}
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        yield box
+    # The profiler records the thread that runs it: transformers' loader threads (the
+    # tensors it casts as it reads them) are kept off while the census counts.
+    before = os.environ.get(SYNC_LOAD)
+    os.environ[SYNC_LOAD] = "1"
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            yield box
+    finally:
+        if before is None:
+            del os.environ[SYNC_LOAD]
+        else:
+            os.environ[SYNC_LOAD] = before
     box["peak"], box["end"] = running_peak(prof.events())
 
 

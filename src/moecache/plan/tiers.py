@@ -66,14 +66,16 @@ def layout(chosen: dict, host_peak_bytes: int, host_gib: float | None) -> dict:
 def check_load(chosen: dict, host_gib: float | None) -> None:
     """Refused in one line where a job's load phase (plan.loading: transformers reading the
     checkpoint, whatever the tiers hold afterwards) peaks above `host_gib`, naming its
-    parts: the checkpoint's files, the experts transformers fuses and a pair's stacks."""
+    parts: the checkpoint's files, the experts read in place, those transformers fuses and
+    a pair's stacks."""
     peak = chosen.get("host_load_peak_bytes")
     if host_gib is None or peak is None or peak <= host_gib * GIB:
         return
     raise MoecacheError(
         f"--host-gib {host_gib:g}: loading the checkpoint peaks at {peak / GIB:.3f} GiB of "
         f"host memory, over {host_gib:g} GiB: its files {chosen['checkpoint_file_bytes'] / GIB:.3f}"
-        f" GiB, mapped while read, beside the experts transformers fuses from them, "
+        f" GiB, mapped while read, beside the offloaded experts read from them in place, "
+        f"{chosen['read_experts_bytes'] / GIB:.3f} GiB, the experts transformers fuses, "
         f"{chosen['fused_experts_bytes'] / GIB:.3f} GiB, and one pair's stacks while it fuses "
         f"them, {chosen['fusing_stacks_bytes'] / GIB:.3f} GiB"
     )

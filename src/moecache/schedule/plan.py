@@ -166,9 +166,13 @@ def loading(config, report: dict, source=None) -> dict:
     """The host memory of a job's load phase (model/checkpoint.py load_host_peak): the
     checkpoint's safetensors files (a local checkpoint's own sizes, else its weights as
     stored: quantized experts at their stored bytes) mapped while transformers reads them,
-    beside the experts it fuses from per-expert tensors and a pair's stacks while it fuses
-    them. Placing adds nothing: the offloaded experts are pinned where transformers left
-    them (gpu.pin_in_place), and the other weights leave host memory for the device."""
+    beside the routed experts, read into place where transformers would fuse them from
+    per-expert tensors (model/expert_reader.py), else fused by it (a pair's stacks while it
+    fuses them: a quantized checkpoint's, dequantized). Placing
+    adds nothing: the offloaded experts are pinned where they lie (gpu.pin_in_place), and
+    the other weights leave host memory for the device."""
+    from moecache.model import expert_reader
+
     files = checkpoint.file_bytes(source) if isinstance(source, (str, Path)) else None
     layers = report.pop("moe_expert_param_bytes")
     if files is None:
@@ -176,7 +180,18 @@ def loading(config, report: dict, source=None) -> dict:
         if report["stored_expert_bytes"]:  # stored experts, not their dequantized bytes
             dense = sum(sum(params.values()) for params in layers)
             files += report["stored_expert_bytes"] * report["num_experts"] * len(layers) - dense
-    return checkpoint.load_host_peak(files, layers, config.model_type)
+    read = [expert_reader.reads(config)] * len(layers)
+    cast = stored_dtype(config) not in (None, report["dtype"])
+    if cast:  # each tensor cast into a new one as it is read: the mapped files let go
+        files = report["total_weights_bytes"] - sum(sum(params.values()) for params in layers)
+    chunk = expert_reader.READ_CHUNK_BYTES if cast else 0
+    return checkpoint.load_host_peak(files, layers, config.model_type, read, chunk)
+
+
+def stored_dtype(config) -> str | None:
+    """The dtype the checkpoint stores its weights in (its config's `dtype`), by name."""
+    dtype = getattr(config, "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else None
 
 
 def ring_bytes(harness: dict, expert: int, layers: int) -> tuple[int, int]:
@@ -301,7 +316,8 @@ def lines(report: dict) -> list[str]:
             f"reference {reference})",
             f"  host peak: {gib('host_peak_bytes')} while decoding; "
             f"{gib('host_load_peak_bytes')} while loading (the checkpoint's files "
-            f"{gib('checkpoint_file_bytes')}, the experts transformers fuses "
+            f"{gib('checkpoint_file_bytes')}, the offloaded experts read in place "
+            f"{gib('read_experts_bytes')}, the experts transformers fuses "
             f"{gib('fused_experts_bytes')} and one pair's stacks {gib('fusing_stacks_bytes')})",
         ]
     if "fits" in report:
