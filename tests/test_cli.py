@@ -80,7 +80,7 @@ def test_atomic_file_leaves_nothing_on_failure(tmp_path):
 
 
 def test_offline_settings_set_the_hub_libraries_offline(monkeypatch):
-    from moecache import command
+    from moecache.cli import command
 
     names = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
     for name in names:
@@ -198,7 +198,7 @@ def test_a_table_refuses_an_input_it_does_not_read(tmp_path):
 
 def test_an_input_given_with_no_files_reaches_the_builder_as_empty():
     from moecache import cli
-    from moecache.report import commands
+    from moecache.cli import report as commands
 
     def builder(runs, replication):
         return runs, replication
@@ -211,7 +211,8 @@ def test_an_input_given_with_no_files_reaches_the_builder_as_empty():
 
 
 def test_each_builder_declares_its_parameters_as_its_inputs():
-    from moecache.report import commands, figures, tables
+    from moecache.cli import report as commands
+    from moecache.report import figures, tables
 
     roles = {role for role, _ in commands.INPUTS}
     for build, reads in [*tables.BUILDERS.values(), *figures.BUILDERS.values()]:
@@ -260,3 +261,53 @@ def test_a_command_given_a_trace_study_config_refuses_in_one_line():
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "no model section" in lines[0] and "trace study" in lines[0]
+
+
+def subcommands_taking_a_config() -> dict[str, argparse.ArgumentParser]:
+    from moecache import cli
+
+    top = cli.parser()
+    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    return {
+        name: p
+        for name, p in commands.choices.items()
+        if {"--config", "--configfile"} & {o for a in p._actions for o in a.option_strings}
+    }
+
+
+def filled(p: argparse.ArgumentParser, folder: Path) -> list[str]:
+    """Each required flag but the config's (and the first of a required group), given a
+    value of its type (a path in `folder`)."""
+    argv = []
+    chosen = {g._group_actions[0] for g in p._mutually_exclusive_groups if g.required}
+    for action in p._actions:
+        flag = (action.option_strings or [""])[0]
+        wanted = action.required or action in chosen
+        if not wanted or flag in ("", "--config", "--configfile"):
+            continue
+        if action.choices:
+            value = str(next(iter(action.choices)))
+        elif action.type in (int, float):
+            value = "1"
+        else:
+            value = str(folder / flag.strip("-"))
+        argv += [flag, value]
+    return argv
+
+
+@pytest.mark.parametrize("name", sorted(subcommands_taking_a_config()))
+def test_every_command_given_a_trace_study_config_answers_in_one_line(name, tmp_path, capsys):
+    """config/trace.yaml has no model, corpus, harness or accuracy: a command that needs one
+    refuses in one line naming the section, never a traceback; one that needs none runs."""
+    p = subcommands_taking_a_config()[name]
+    flag = "--config" if "--config" in {o for a in p._actions for o in a.option_strings} else None
+    argv = [name, flag or "--configfile", str(Path(SMOKE).parent / "trace.yaml")]
+    from moecache import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv + filled(p, tmp_path))
+        raise SystemExit(0)
+    lines = capsys.readouterr().err.strip().splitlines()
+    if exit_.value.code:
+        assert exit_.value.code == 2 and len(lines) == 1, lines
+        assert lines[0].startswith("moecache: error: "), lines

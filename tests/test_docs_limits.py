@@ -4,8 +4,7 @@ README.md: at most 250 lines and 14 KB, no line over 120 characters, with how lo
 and `make test` take, the fast test loop, and the scorecard as a summary (the full table in
 docs/scorecard.md). docs/layout.md: its tree's entry of each folder of src/moecache
 (`src/moecache/<folder>/`) names every module of that folder by its file name (a package's
-`__init__.py` may go unnamed, a stage's `commands.py` may be left to the entry
-`src/moecache/<stage>/commands.py`), and names no file that is not there."""
+`__init__.py` may go unnamed), and names no file that is not there."""
 
 from __future__ import annotations
 
@@ -65,9 +64,7 @@ def entry_of(folder: Path) -> str:
 
 def test_the_layout_walk_finds_the_package():
     entries = tree()
-    assert {"src/moecache/", "src/moecache/harness/", "src/moecache/<stage>/commands.py"} <= set(
-        entries
-    )
+    assert {"src/moecache/", "src/moecache/harness/", "src/moecache/cli/"} <= set(entries)
     assert len(folders()) > 10
 
 
@@ -78,10 +75,7 @@ def test_the_layout_names_every_module_of_each_folder(folder):
     assert entry in entries, f"docs/layout.md: no entry {entry}"
     named = set(re.findall(r"\b(\w+\.py)\b", entries[entry]))
     modules = {p.name for p in folder.glob("*.py")}
-    exempt = {"__init__.py"}
-    if "src/moecache/<stage>/commands.py" in entries and folder != PACKAGE:
-        exempt.add("commands.py")
-    unnamed = sorted(modules - named - exempt)
+    unnamed = sorted(modules - named - {"__init__.py"})
     assert not unnamed, f"docs/layout.md: {entry} does not name {', '.join(unnamed)}"
     stale = sorted(named - modules)
     assert not stale, f"docs/layout.md: {entry} names {', '.join(stale)}, not in {entry}"

@@ -202,7 +202,7 @@ def test_fanned_out_runs_count_what_the_shards_job_counts(
 def test_the_decode_command_names_one_run_with_run_and_multiplier():
     from argparse import Namespace
 
-    from moecache.harness.commands import one_run
+    from moecache.cli.harness import one_run
 
     assert one_run(Namespace(run=None, multiplier=None)) is None
     assert one_run(Namespace(run="lru", multiplier=None)) == RunName("lru")

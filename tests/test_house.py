@@ -1,8 +1,10 @@
 """The import house: every module of src/moecache sits in a room on a floor, and imports run down.
 
-Rooms are the top-level packages and modules of the package; `cli.py`, `__main__.py`,
-`command.py` and every `<room>/commands.py` form the room "cli" on the top floor. Imports inside
-functions count like the others. Each failure lists its arrows as `module -> imported module`.
+Rooms are the top-level packages and modules of the package, each room's floor declared
+below and every folder of the package a room; the `cli` package (a module per stage's
+commands) and `__main__.py` form the room "cli" on the top floor, and no module below it
+holds argparse or a `commands.py`. Imports inside functions count like the others. Each
+failure lists its arrows as `module -> imported module`.
 """
 
 import ast
@@ -37,7 +39,7 @@ FLOORS = {
     "cli": 11,
 }
 STAGES = {"learned", "router_tuning", "controller", "accuracy"}
-CLI_MODULES = {"moecache.cli", "moecache.__main__", "moecache.command"}
+CLI_MODULES = {"moecache.__main__"}
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -79,7 +81,7 @@ def resolve(name: str) -> str:
 
 def room(module: str) -> str:
     parts = module.split(".")
-    if module in CLI_MODULES or parts[-1] == "commands":
+    if module in CLI_MODULES:
         return "cli"
     return parts[1] if len(parts) > 1 else "moecache"
 
@@ -108,6 +110,33 @@ def listed(bad) -> str:
 def test_every_module_has_a_room_on_a_floor():
     unknown = sorted({room(m) for m in GRAPH} - set(FLOORS))
     assert not unknown, f"rooms without a floor: {unknown}"
+
+
+def test_every_folder_is_a_room_on_a_floor():
+    """A folder of the package is a room by itself: one new folder needs a floor here."""
+    folders = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert folders <= set(FLOORS), f"folders without a floor: {sorted(folders - set(FLOORS))}"
+
+
+def test_the_command_line_lives_on_its_own_floor():
+    """No stage declares commands: no `commands.py` and no argparse outside `cli/`."""
+    below = [
+        p for p in PACKAGE.rglob("*.py") if module_name(p).split(".")[:2] != ["moecache", "cli"]
+    ]
+    stray = [module_name(p) for p in below if p.name == "commands.py"]
+    stray += [module_name(p) for p in below if "argparse" in imported_names(p)]
+    assert not stray, f"commands below the cli floor: {sorted(stray)}"
+
+
+def imported_names(path: pathlib.Path) -> set[str]:
+    """Every top-level name `path` imports (`import a.b` and `from a.b import c` give `a`)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
 
 
 def test_no_import_runs_up_a_floor():
@@ -185,13 +214,6 @@ def test_no_stage_imports_the_report():
 
 
 def test_records_import_no_torch():
-    bad = []
-    for path in sorted((PACKAGE / "records").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            bad += [(module_name(path), n) for n in names if n.split(".")[0] == "torch"]
+    records = sorted((PACKAGE / "records").rglob("*.py"))
+    bad = [(module_name(p), "torch") for p in records if "torch" in imported_names(p)]
     assert not bad, "records import torch:\n" + listed(bad)

@@ -16,10 +16,12 @@ def load_settings(args: argparse.Namespace, sections: tuple[str, ...]) -> dict:
 
     if args.config:
         settings = configs.load(args.config)
-        if "model" in sections and "model" not in settings:  # a trace study's config
+        missing = [section for section in sections if section not in settings]
+        if missing:  # a trace study's config has no model, corpus or harness
             kind = " (a trace study's)" if "trace" in settings else ""
+            needs = "a model" if missing[0] == "model" else f"its {missing[0]} section"
             raise MoecacheError(
-                f"{args.config}: no model section{kind}: this command needs a model"
+                f"{args.config}: no {missing[0]} section{kind}: this command needs {needs}"
             )
     elif args.settings:
         try:

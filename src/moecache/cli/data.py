@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moecache.command import add, load_settings, with_settings
+from moecache.cli.command import add, load_settings, with_settings
 
 
 def cmd_corpus(args):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moecache.command import add, load_settings, on_model, with_settings
+from moecache.cli.command import add, load_settings, on_model, with_settings
 
 ROUTER_SECTIONS = ("corpus", "model", "harness", "router_tuning")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from moecache.command import (
+from moecache.cli.command import (
     add,
     emit,
     load_settings,
@@ -118,7 +118,7 @@ def cmd_tiers(args):
         raise MoecacheError(f"--optimum-seconds {seconds:g}: must be positive")
     section = None
     if args.config or args.settings:
-        section = load_settings(args, ("tiers",)).get("tiers")
+        section = load_settings(args, ()).get("tiers")  # optional: the defaults without
     host = host_size(args.host)
     demand, source = read_demand(args)
     report = tier_report.report(
@@ -165,7 +165,7 @@ def tiers_lines(report: dict) -> list[str]:
 def cmd_tiers_grid(args):
     """tiers-grid: the config's grid of tiered replays on each shard's trace (one record)."""
     from moecache import provenance
-    from moecache.learned.commands import named_files
+    from moecache.cli.learned import named_files
     from moecache.records import trace
     from moecache.records.tiers import TiersGrid
     from moecache.replay import tier_grid, tier_report

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from moecache.atomic import write_json
-from moecache.command import add, load_settings, with_settings
+from moecache.cli.command import add, load_settings, with_settings
 from moecache.errors import MoecacheError
 from moecache.plan import RESERVE_GIB
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moecache.command import add, load_settings, on_model, with_settings
+from moecache.cli.command import add, load_settings, on_model, with_settings
 from moecache.records.bandwidth import BandwidthResult
 from moecache.records.io import read_dict
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moecache.command import add, emit, results
+from moecache.cli.command import add, emit, results
 from moecache.errors import MoecacheError
 
 # Every input flag a table or figure may read; each reads just those its BUILDERS entry names.

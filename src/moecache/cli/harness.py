@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from moecache.command import add, load_settings, on_model, with_settings
+from moecache.cli.command import add, load_settings, on_model, with_settings
 from moecache.errors import MoecacheError
 from moecache.records.io import read_record
 from moecache.records.run import BatchedRunResult

@@ -4,7 +4,9 @@ Settings come either from a whole config file (`--config FILE`, validated in ful
 the Snakemake rules pass them, as JSON holding just the sections a stage reads
 (`--settings JSON`), so a rule reruns only when its own sections change.
 
-Each stage declares its subcommands in its own `commands.py`; this module assembles them.
+Each stage's subcommands live in a module of this package named for the stage
+(`cli/replay.py`, ...), with what they share in `cli/command.py`; this module assembles them.
+Nothing below the command line imports it: the stages hold no argparse.
 """
 
 from __future__ import annotations
@@ -12,17 +14,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from moecache.accuracy import commands as accuracy
-from moecache.command import add
-from moecache.controller import commands as controller
-from moecache.data import commands as data
+from moecache.cli import (
+    accuracy,
+    controller,
+    data,
+    harness,
+    learned,
+    model,
+    replay,
+    report,
+    router_tuning,
+)
+from moecache.cli.command import add
 from moecache.errors import MoecacheError
-from moecache.harness import commands as harness
-from moecache.learned import commands as learned
-from moecache.model import commands as model
-from moecache.replay import commands as replay
-from moecache.report import commands as report
-from moecache.router_tuning import commands as router_tuning
 
 # In the pipeline's order, which is the order `moecache --help` lists them in.
 STAGES = (data, model, harness, replay, learned, router_tuning, controller, accuracy, report)

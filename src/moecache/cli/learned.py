@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from moecache.atomic import atomic_dir
-from moecache.command import (
+from moecache.cli.command import (
     add,
     emit,
     load_settings,
