@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, moecache, snakemake
 
 from moecache import config as configs
-from moecache.plan import RESERVE_GIB, fit
+from moecache.plan import RESERVE_GIB, cards, fit
 from moecache.schedule import plan
 
 GIB = 2**30
@@ -74,7 +74,7 @@ def test_a_card_config_holds_the_c_its_jobs_fit(name, picked):
     # Today's runs, at 1x only where its scaled runs would cut C (or fit at no C).
     if settings["harness"]["runs"] == base["harness"]["runs"]:
         return
-    assert fit.scaled_multipliers(settings) == "none"
+    assert cards.scaled_multipliers(settings) == "none"
     assert settings["controller"]["multipliers"] == [1] if "controller" in settings else True
     today_runs = copy.deepcopy(settings)
     today_runs["harness"]["runs"] = base["harness"]["runs"]
@@ -114,7 +114,7 @@ def test_a_card_too_small_for_one_run_is_one_row():
     with pytest.raises(fit.TooSmall) as small:
         fit.largest_capacity(mixtral, 24, figure="jobs")
     assert fit.device_peak(small.value.smallest) > (24 - RESERVE_GIB) * GIB
-    assert fit.none_fits(small.value.smallest, 24).startswith("none (one run at C = 2 needs ")
+    assert cards.none_fits(small.value.smallest, 24).startswith("none (one run at C = 2 needs ")
 
 
 def test_the_docs_card_table_is_what_plan_table_jobs_prints():
@@ -125,7 +125,7 @@ def test_the_docs_card_table_is_what_plan_table_jobs_prints():
     gibs = [float(g) for g in words[words.index("--gpu-gib") + 1 :]]
     paths = [p for word in given for p in sorted(REPO.glob(word))]
     assert paths[: len(CARDS)] == CARDS and gibs == [24]
-    table = fit.cards_table(paths, gibs)
+    table = cards.cards_table(paths, gibs)
     assert table in doc, "docs/plan.md: regenerate its card table with the command above it"
 
 

@@ -21,7 +21,7 @@ from run_records import run_record, sequence_row
 from moecache import cli
 from moecache import config as configs
 from moecache.errors import MoecacheError
-from moecache.plan import RESERVE_GIB, fit
+from moecache.plan import RESERVE_GIB, cards, fit, inputs
 from moecache.replay import convert
 from moecache.schedule import plan
 
@@ -119,10 +119,10 @@ def test_the_reserve_is_kept_back_and_a_larger_one_never_picks_a_larger_c(qwen3)
 def test_tau_scales_the_measured_loop_to_the_experts_bytes():
     measured = json.loads(H200.read_text())
     expert = 9 * 2**20
-    tau = fit.tau_from_bandwidth(H200, expert)
+    tau = inputs.tau_from_bandwidth(H200, expert)
     assert tau["ms"] == pytest.approx(1e3 * expert / (measured["loop_gib_per_s"] * GIB))
     assert "NVIDIA H200" in tau["source"] and tau["source"].startswith("measured")
-    stated = fit.tau_from_link(25, expert)
+    stated = inputs.tau_from_link(25, expert)
     assert stated["ms"] == pytest.approx(9 / 1024 / 25 * 1e3)
     assert "not measured" in stated["source"]
 
@@ -131,7 +131,7 @@ def test_a_file_without_the_loops_bandwidth_is_refused(tmp_path):
     bad = tmp_path / "b.json"
     bad.write_text(json.dumps({"tau_ms": 1.0}))
     with pytest.raises(MoecacheError, match="no loop_gib_per_s"):
-        fit.tau_from_bandwidth(bad, 1)
+        inputs.tau_from_bandwidth(bad, 1)
 
 
 def published_lru(capacity: int) -> float:
@@ -148,18 +148,18 @@ def published_lru(capacity: int) -> float:
 
 
 def test_embedded_rho_is_the_published_share_at_the_same_ratio():
-    at_quarter = fit.rho_embedded(32, 128, 8, 48)
+    at_quarter = inputs.rho_embedded(32, 128, 8, 48)
     assert at_quarter["per_token"]["lru"] == pytest.approx(published_lru(16) * 48)
     assert "not this model's routing" in at_quarter["source"]
     # Between the published points: linear in C/N; k scales it (k = 2 of the embedded 8).
-    middle = fit.rho_embedded(3, 8, 2, 10)["per_token"]["lru"]
+    middle = inputs.rho_embedded(3, 8, 2, 10)["per_token"]["lru"]
     expected = (published_lru(16) + (published_lru(32) - published_lru(16)) * 0.5) * 2 / 8 * 10
     assert middle == pytest.approx(expected)
-    assert fit.rho_embedded(64, 64, 8, 4)["per_token"] == {"lru": 0.0, "farthest-future": 0.0}
+    assert inputs.rho_embedded(64, 64, 8, 4)["per_token"] == {"lru": 0.0, "farthest-future": 0.0}
     # Below C/N = 1/4: the first segment's line, never above k copies a layer.
-    low = fit.rho_embedded(2, 64, 2, 1)["per_token"]["lru"]
+    low = inputs.rho_embedded(2, 64, 2, 1)["per_token"]["lru"]
     assert published_lru(16) * 2 / 8 < low <= 2
-    ff = fit.rho_embedded(32, 128, 8, 48)["per_token"]["farthest-future"]
+    ff = inputs.rho_embedded(32, 128, 8, 48)["per_token"]["farthest-future"]
     assert 0 < ff < at_quarter["per_token"]["lru"]
 
 
@@ -168,11 +168,11 @@ def test_rho_from_a_trace_counts_steady_copies_per_token_per_layer(tmp_path):
     the pool is full (tokens 2..T-1), farthest-future at about every other one."""
     tokens = 31
     cycle_trace(tmp_path / "t.parquet", tokens, 3)
-    rho = fit.rho_from_trace(tmp_path / "t.parquet", 2, 3, 1, layers=10)["per_token"]
+    rho = inputs.rho_from_trace(tmp_path / "t.parquet", 2, 3, 1, layers=10)["per_token"]
     assert rho["lru"] == pytest.approx((tokens - 2) / (tokens - 1) * 10)
     assert rho["farthest-future"] < 0.6 * rho["lru"]
     with pytest.raises(MoecacheError, match="routes top-1 of 3 experts; the model routes top-8"):
-        fit.rho_from_trace(tmp_path / "t.parquet", 16, 128, 8, layers=48)
+        inputs.rho_from_trace(tmp_path / "t.parquet", 16, 128, 8, layers=48)
 
 
 def run_file(path, source: str) -> None:
@@ -186,10 +186,10 @@ def run_file(path, source: str) -> None:
 
 def test_compute_from_a_measured_run_is_its_step_less_its_copies(tmp_path):
     run_file(tmp_path / "run.json", "Qwen/Qwen3-30B-A3B")
-    c = fit.compute_from_run(tmp_path / "run.json", "Qwen/Qwen3-30B-A3B")
+    c = inputs.compute_from_run(tmp_path / "run.json", "Qwen/Qwen3-30B-A3B")
     assert c["ms"] == pytest.approx(1e3 * (1.5 - 0.3) / 40)
     with pytest.raises(MoecacheError, match="a run of Qwen/Qwen3-30B-A3B, not of other/model"):
-        fit.compute_from_run(tmp_path / "run.json", "other/model")
+        inputs.compute_from_run(tmp_path / "run.json", "other/model")
 
 
 def test_equation_one_and_the_bound():
@@ -227,8 +227,8 @@ def test_plan_gpu_gib_names_c_device_peak_and_ms_per_token():
     c = int(re.fullmatch(r"  C = (\d+) experts per layer \(one expert 9.00 MiB\)", lines[1])[1])
     assert re.fullmatch(rf"  device peak: \d+\.\d+ GiB \(C = {c + 1} would need .*\)", lines[2])
     assert lines[3] == "  host peak: 54.000 GiB (the offloaded experts, pinned)"
-    assert lines[4].startswith(f"  rho: {fit.EMBEDDED_SAID} (the embedded trace's share")
-    uniform = fit.rho_uniform(c, 128, 8, 48)["per_token"]["lru"]
+    assert lines[4].startswith(f"  rho: {inputs.EMBEDDED_SAID} (the embedded trace's share")
+    uniform = inputs.rho_uniform(c, 128, 8, 48)["per_token"]["lru"]
     bound = (
         r"  lru: rho between [\d.]+ \(embedded model, scaled\) and "
         rf"{uniform:.3f} \(uniform routing\) copies/token, "
@@ -261,7 +261,7 @@ def test_json_with_a_replayed_trace_a_measured_link_and_a_stated_compute(tmp_pat
     assert answer["device_peak_bytes"] <= 23 * GIB < answer["next_device_peak_bytes"]
     assert answer["reserve_gib"] == RESERVE_GIB == 1
     assert answer["rho_source"].startswith(f"replayed: {tmp_path / 't.parquet'} (3 layers")
-    expected = fit.rho_from_trace(tmp_path / "t.parquet", c, 128, 8, 48)["per_token"]
+    expected = inputs.rho_from_trace(tmp_path / "t.parquet", c, 128, 8, 48)["per_token"]
     lru = answer["predicted"]["lru"]
     assert lru["rho"] == pytest.approx(expected["lru"]) and lru["rho"] > 0
     assert lru["ms_per_token"] == pytest.approx(12 + lru["rho"] * answer["tau"]["ms"])
@@ -302,7 +302,7 @@ def test_the_docs_table_is_what_plan_table_prints():
     configs_given = words[words.index("--configfile") + 1 : words.index("--gpu-gib")]
     gibs = [float(g) for g in words[words.index("--gpu-gib") + 1 : words.index("--bandwidth")]]
     bandwidth = REPO / words[words.index("--bandwidth") + 1]
-    table = fit.table([REPO / c for c in configs_given], gibs, bandwidth)
+    table = cards.table([REPO / c for c in configs_given], gibs, bandwidth)
     assert table in doc, "docs/plan.md: regenerate its table with the command above it"
     assert len(configs_given) == 3 and gibs == [24, 48, 80]
 
@@ -342,7 +342,7 @@ def test_a_checkpoint_folder_offloads_its_moe_layers_only(tmp_path):
 
 def test_without_the_published_replay_rho_asks_for_a_trace(tmp_path):
     with pytest.raises(MoecacheError, match="the published replay is not here.*give --trace"):
-        fit.embedded_shares(tmp_path / "table.csv")
+        inputs.embedded_shares(tmp_path / "table.csv")
 
 
 def test_the_reserve_is_stated_and_a_negative_one_refused(tmp_path, capsys):
@@ -391,19 +391,19 @@ def test_uniform_routing_is_k_times_one_less_c_over_n():
     """The closed form against the LRU chain solved exactly, and the formula's parts."""
     for experts, top_k, capacity in ((5, 2, 3), (6, 2, 2), (6, 3, 4)):
         exact = lru_chain_copies(experts, top_k, capacity)
-        bound = fit.rho_uniform(capacity, experts, top_k, 1)
+        bound = inputs.rho_uniform(capacity, experts, top_k, 1)
         assert bound["per_layer"] == pytest.approx(exact, abs=1e-9)
-    twelve = fit.rho_uniform(47, 128, 8, 12)
+    twelve = inputs.rho_uniform(47, 128, 8, 12)
     assert twelve["per_token"]["lru"] == pytest.approx(8 * (1 - 47 / 128) * 12)
-    assert fit.rho_uniform(128, 128, 8, 48)["per_token"]["lru"] == 0
+    assert inputs.rho_uniform(128, 128, 8, 48)["per_token"]["lru"] == 0
 
 
 def test_uniform_routing_is_what_the_replay_engine_counts(tmp_path):
     """A seeded uniform trace (2 layers, 1,500 tokens, 4 of 16 experts) replayed with LRU
     at C = 8: steady copies per timed token within 2% of k (1 - C/N), the fill aside."""
     random_trace(tmp_path / "u.parquet", 16, 4, layers=2, sequences=1, tokens=1500, seed=7)
-    replayed = fit.rho_from_trace(tmp_path / "u.parquet", 8, 16, 4, layers=1)["per_token"]
-    assert replayed["lru"] == pytest.approx(fit.rho_uniform(8, 16, 4, 1)["per_layer"], rel=0.02)
+    replayed = inputs.rho_from_trace(tmp_path / "u.parquet", 8, 16, 4, layers=1)["per_token"]
+    assert replayed["lru"] == pytest.approx(inputs.rho_uniform(8, 16, 4, 1)["per_layer"], rel=0.02)
 
 
 CARDS = sorted((REPO / "config" / "cards").glob("*.yaml"))
@@ -415,8 +415,8 @@ def test_uniform_routing_copies_at_least_the_embedded_share_on_each_card(card):
     shape = fit.sizes(settings)
     c, n, k = settings["harness"]["capacity"], shape.num_experts, shape.num_experts_per_tok
     layers = len(settings["harness"]["restricted_layers"])
-    embedded = fit.rho_embedded(c, n, k, layers)["per_token"]["lru"]
-    uniform = fit.rho_uniform(c, n, k, layers)["per_token"]["lru"]
+    embedded = inputs.rho_embedded(c, n, k, layers)["per_token"]["lru"]
+    uniform = inputs.rho_uniform(c, n, k, layers)["per_token"]["lru"]
     assert 0 < embedded <= uniform
 
 
@@ -427,8 +427,8 @@ def test_without_a_trace_json_carries_both_ends_of_the_range(capsys):
     answer = json.loads(out)
     c = answer["capacity"]
     assert answer["rho_from"] == "embedded"
-    assert answer["rho_source"].startswith(fit.EMBEDDED_SAID)
-    assert answer["rho_uniform"] == fit.rho_uniform(c, 128, 8, 48)
+    assert answer["rho_source"].startswith(inputs.EMBEDDED_SAID)
+    assert answer["rho_uniform"] == inputs.rho_uniform(c, 128, 8, 48)
     embedded, uniform = answer["predicted"]["lru"], answer["predicted_uniform"]["lru"]
     assert uniform["rho"] == answer["rho_uniform"]["per_token"]["lru"] > embedded["rho"]
     assert uniform["ms_per_token"] == pytest.approx(12 + uniform["rho"] * answer["tau"]["ms"])
@@ -443,5 +443,5 @@ def test_with_a_trace_rho_is_not_scaled_from_the_embedded_model(tmp_path, capsys
     assert "embedded" not in out and "scaled by k" not in out and "uniform" not in out
     assert re.search(r"^  lru: rho = [\d.]+ copies/token$", out, re.MULTILINE)
     answer = replayed_json(capsys, tmp_path / "t.parquet")
-    assert answer["rho_from"] == "trace" and fit.EMBEDDED_SAID not in answer["rho_source"]
+    assert answer["rho_from"] == "trace" and inputs.EMBEDDED_SAID not in answer["rho_source"]
     assert answer["rho_uniform"]["per_token"]["lru"] > 0  # the reference, in JSON only

@@ -11,7 +11,7 @@ from test_plan_fit import QWEN3, cycle_trace, refused_in_one_line, replayed_json
 
 from moecache import config as configs
 from moecache.errors import MoecacheError
-from moecache.plan import fit, tiers
+from moecache.plan import fit, inputs, said, tiers
 
 GIB = 2**30
 MIB = 2**20
@@ -26,7 +26,7 @@ def qwen3() -> dict:
 def at_24(qwen3) -> dict:
     """Qwen3-30B-A3B on 24 GiB, RAM for every expert (none given, or 128 GiB: what loading
     the checkpoint peaks at, 111.6 GiB, fits) and for some (32 GiB)."""
-    stated = fit.stated_compute(12)
+    stated = inputs.stated_compute(12)
     given = {"link_gbs": 25, "compute": stated}
     return {
         "all": fit.answer(qwen3, 24, **given),
@@ -71,21 +71,21 @@ def test_ram_that_holds_every_expert_leaves_the_prediction_as_it_was(at_24, qwen
     # 64 GiB holds every expert (54 GiB) but not the load: the checkpoint's files beside
     # the experts transformers fuses from them.
     with pytest.raises(MoecacheError, match=r"^--host-gib 64: loading the checkpoint peaks"):
-        fit.answer(qwen3, 24, host_gib=64, link_gbs=25, compute=fit.stated_compute(12))
+        fit.answer(qwen3, 24, host_gib=64, link_gbs=25, compute=inputs.stated_compute(12))
 
 
 def test_the_printed_layout(at_24):
-    short = fit.lines(at_24["short"])
+    short = said.lines(at_24["short"])
     h = at_24["short"]["layout"]["host"]
     assert short[3].startswith(f"  host: H = {h} experts per layer, ")
     assert short[5].startswith(f"  disk: N - H = {128 - h} experts per layer on disk only")
     assert "disk reads/token" in short[9] and "c + rho tau + reads tau_disk" in short[9]
     c = at_24["short"]["capacity"]
-    said = f"  layout per layer: C = {c} on the device, H = {{}} in host RAM, {{}} on disk only"
-    assert short[-2] == said.format(h, 128 - h)
+    layout = f"  layout per layer: C = {c} on the device, H = {{}} in host RAM, {{}} on disk only"
+    assert short[-2] == layout.format(h, 128 - h)
     # RAM for every expert: the lines without --host-gib, its size named on the host line.
-    fits, alone = fit.lines(at_24["fits"]), fit.lines(at_24["all"])
-    assert fits[-2] == alone[-2] == said.format(128, 0)
+    fits, alone = said.lines(at_24["fits"]), said.lines(at_24["all"])
+    assert fits[-2] == alone[-2] == layout.format(128, 0)
     assert [i for i, (a, b) in enumerate(zip(fits, alone, strict=True)) if a != b] == [3]
     assert fits[3] == alone[3] + ", of 128 GiB" and "disk" not in "".join(fits[:-2])
 
@@ -129,11 +129,11 @@ def test_replayed_reads_count_past_the_hosts_fill(tmp_path):
     reads one expert; a farthest-future host keeps 2 of the 3 it will need next."""
     tokens = 41
     cycle_trace(tmp_path / "t.parquet", tokens, 4)
-    traced = fit.traced_demand(tmp_path / "t.parquet", 4, 1)
-    reads = tiers.reads_replayed(traced, 1, 3, 10, fit.RULES)["per_token"]
+    traced = inputs.traced_demand(tmp_path / "t.parquet", 4, 1)
+    reads = tiers.reads_replayed(traced, 1, 3, 10, inputs.RULES)["per_token"]
     assert reads["lru"] == pytest.approx((tokens - 3) / (tokens - 1) * 10)
     assert 0 < reads["farthest-future"] < 0.5 * reads["lru"]
-    assert tiers.reads_replayed(traced, 1, 4, 10, fit.RULES)["per_token"] == {
+    assert tiers.reads_replayed(traced, 1, 4, 10, inputs.RULES)["per_token"] == {
         "lru": 0.0,
         "farthest-future": 0.0,
     }
@@ -147,8 +147,8 @@ def test_json_with_a_trace_replays_the_tiers(tmp_path, capsys):
     c, h = layout["device"], layout["host"]
     assert c == answer["capacity"] and h < 128 and layout["disk"] == 128 - h
     assert answer["reads_source"].startswith(f"replayed: {tmp_path / 't.parquet'} (3 layers")
-    traced = fit.traced_demand(tmp_path / "t.parquet", 128, 8)
-    expected = tiers.reads_replayed(traced, c, h, 48, fit.RULES)["per_token"]
+    traced = inputs.traced_demand(tmp_path / "t.parquet", 128, 8)
+    expected = tiers.reads_replayed(traced, c, h, 48, inputs.RULES)["per_token"]
     disk = answer["disk_read"]
     assert disk["ms"] == 5.1 and "default" in disk["source"]  # the config has no tiers
     for rule, row in answer["predicted"].items():

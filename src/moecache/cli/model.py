@@ -49,13 +49,15 @@ def cmd_plan(args):
 
 def plan_fit(args, settings):
     """The largest C with every MoE layer offloaded, its peaks and its ms/token."""
-    from moecache.plan import fit
+    from moecache.plan import fit, inputs, said
 
     compute = None
     if args.compute_ms is not None:
-        compute = fit.stated_compute(args.compute_ms)
+        compute = inputs.stated_compute(args.compute_ms)
     elif args.compute_from is not None:
-        compute = fit.compute_from_run(args.compute_from, args.model or settings["model"]["source"])
+        compute = inputs.compute_from_run(
+            args.compute_from, args.model or settings["model"]["source"]
+        )
     answer = fit.answer(
         settings,
         args.gpu_gib,
@@ -70,7 +72,7 @@ def plan_fit(args, settings):
         disk_gbs=args.disk_gbs,
         reserve_gib=reserved(args),
     )
-    print(json.dumps(answer, indent=1) if args.json else "\n".join(fit.lines(answer)))
+    print(json.dumps(answer, indent=1) if args.json else "\n".join(said.lines(answer)))
     if args.out:
         write_json(args.out, answer)
 
@@ -85,17 +87,17 @@ def reserved(args) -> float:
 
 
 def cmd_plan_table(args):
-    from moecache.plan import fit
+    from moecache.plan import cards
 
     kept = reserved(args)
     if args.jobs:
         if args.bandwidth is not None:
             raise MoecacheError("--bandwidth: the --jobs table predicts no ms/token")
-        print(fit.cards_table(args.configfile, args.gpu_gib or (), kept))
+        print(cards.cards_table(args.configfile, args.gpu_gib or (), kept))
         return
     if not args.gpu_gib:
         raise MoecacheError("--gpu-gib: give the GPU sizes (or --jobs, each config's card)")
-    print(fit.table(args.configfile, args.gpu_gib, args.bandwidth, kept))
+    print(cards.table(args.configfile, args.gpu_gib, args.bandwidth, kept))
 
 
 def cmd_train(args):
