@@ -125,7 +125,7 @@ def test_grid_points_cover_every_combination():
 def test_the_scorecard_row_and_the_numbers_read_the_study(study, tmp_path):
     import shutil
 
-    from moecache.report import claim_checks
+    from moecache.report.claim_checks import learned as claim_checks
     from moecache.report.evidence import Missing, Results
     from moecache.report.numbers.stages import causal_section
 
@@ -303,7 +303,7 @@ def test_a_slow_rule_costs_more_than_it_saves(study, monkeypatch):
 def test_the_table_part_and_the_scorecard_show_the_check(study, checked, tmp_path):
     import shutil
 
-    from moecache.report import claim_checks
+    from moecache.report.claim_checks import learned as claim_checks
     from moecache.report.evidence import Results
 
     _, path = study

@@ -579,7 +579,7 @@ def test_equation_one_is_decided_only_where_the_measurement_ranks_its_runs():
     """Picking the measured winner agrees when the winner is told apart from the runner-up;
     a wrong pick disagrees when the winner is told apart from it; otherwise the timings
     cannot decide, and the reason says how many sequences would."""
-    from moecache.report.claim_checks import winner_call, winner_power, winner_text
+    from moecache.report.claim_checks.replay import winner_call, winner_power, winner_text
 
     def timed(**spans):
         return {

@@ -22,8 +22,8 @@ from moecache.records.demand import read_jsonl
 from moecache.records.io import read_record, write_record
 from moecache.records.tiers import TiersGrid
 from moecache.replay import tier_grid, tier_report, tiers
-from moecache.report import claim_checks
 from moecache.report import tiers as report
+from moecache.report.claim_checks import learned as claim_checks
 from moecache.report.evidence import HOLDS, Missing, Results
 from moecache.report.numbers.tiers import tiers_section
 from moecache.report.tables import tiers as table

@@ -1,5 +1,5 @@
 """The reproduction scorecard: one row per quantitative claim of the paper, in the paper's
-order, each answered from a run's results files at the matching setting (claim_checks.py).
+order, each answered from a run's results files at the matching setting (claim_checks/).
 
 A row is data: the claim, where the paper makes it, the paper's value, this run's, the
 setting it was read at (capacity, multiplier, threshold), the tolerance and the verdict
@@ -17,7 +17,24 @@ from pathlib import Path
 
 from moecache.errors import MoecacheError
 from moecache.records.io import read_run
-from moecache.report import claim_checks as check
+from moecache.report.claim_checks import (
+    controller as controller_checks,
+)
+from moecache.report.claim_checks import (
+    dwell as dwell_checks,
+)
+from moecache.report.claim_checks import (
+    learned as learned_checks,
+)
+from moecache.report.claim_checks import (
+    replay as replay_checks,
+)
+from moecache.report.claim_checks import (
+    router as router_checks,
+)
+from moecache.report.claim_checks import (
+    table2 as table2_checks,
+)
 from moecache.report.evidence import (
     DIFFERS,
     HOLDS,
@@ -53,7 +70,7 @@ CLAIMS = [
         "Abstract; §3.1, Fig. 1",
         "+0.067 (Dwell-16)",
         "least loss >= 0.067",
-        check.restrict_cost,
+        replay_checks.restrict_cost,
     ),
     Claim(
         "ff_vs_lru",
@@ -61,7 +78,7 @@ CLAIMS = [
         "Abstract; §3.2",
         "2.1x (31,776 -> 15,087)",
         "±10% of 2.1x",
-        check.ff_vs_lru,
+        replay_checks.ff_vs_lru,
     ),
     Claim(
         "ff_vs_bflat",
@@ -69,7 +86,7 @@ CLAIMS = [
         "Abstract; App. §6",
         "3.4% (14,587 vs 15,087)",
         "gap <= 4.5%",
-        check.ff_vs_bflat,
+        replay_checks.ff_vs_bflat,
     ),
     Claim(
         "ff_vs_bstar",
@@ -77,7 +94,7 @@ CLAIMS = [
         "Abstract; App. §6",
         "<= 3.5% (B* not computed)",
         "gap <= 3.5%",
-        check.ff_vs_bstar,
+        replay_checks.ff_vs_bstar,
     ),
     Claim(
         "foresight_16",
@@ -85,7 +102,7 @@ CLAIMS = [
         "Abstract; §3.2",
         "96%",
         "±5 points",
-        check.foresight_16,
+        replay_checks.foresight_16,
     ),
     Claim(
         "decayed_frequency",
@@ -93,7 +110,7 @@ CLAIMS = [
         "Abstract; §3.2; App. §7",
         "26.9%",
         "±5 points",
-        check.gap_share("decayed-frequency", 0.269),
+        replay_checks.gap_share("decayed-frequency", 0.269),
     ),
     Claim(
         "cost_model_winner",
@@ -101,7 +118,7 @@ CLAIMS = [
         "§1; §3.1",
         "agrees at both",
         "same run; the two runs that decide it told apart (95% intervals)",
-        check.cost_model_winner,
+        replay_checks.cost_model_winner,
     ),
     Claim(
         "learned_scorers",
@@ -109,7 +126,7 @@ CLAIMS = [
         "§3.2; App. §7",
         "32-33% (held out)",
         "±5 points of 32.5%",
-        check.learned_scorers,
+        learned_checks.learned_scorers,
     ),
     Claim(
         "causal_rule",
@@ -117,7 +134,7 @@ CLAIMS = [
         "§3.2; App. §7 (issue 41)",
         "26.9% (decayed frequency), 32.5% (learned)",
         ">= 50% at every C by its whole 95% interval",
-        check.causal_rule,
+        learned_checks.causal_rule,
     ),
     Claim(
         "tiers_lead",
@@ -126,7 +143,7 @@ CLAIMS = [
         "beyond the paper (issue 40)",
         "not measured (farthest-future is optimal for one cache with forced admission)",
         "lower ms per token in every disk cell and with bypass",
-        check.tiers_lead,
+        learned_checks.tiers_lead,
     ),
     Claim(
         "controller_t50",
@@ -134,7 +151,7 @@ CLAIMS = [
         "§3.3",
         "2.7x (+0.076 vs +0.067)",
         "±25% of 2.7x; heads trained to a plateau",
-        check.controller_t50,
+        controller_checks.controller_t50,
     ),
     Claim(
         "controller_high",
@@ -142,7 +159,7 @@ CLAIMS = [
         "§3.3",
         "+0.238, +0.350 (simple <= +0.110)",
         "lower traffic => loss above all simple; heads trained to a plateau",
-        check.controller_high,
+        controller_checks.controller_high,
     ),
     Claim(
         "router_copies",
@@ -150,7 +167,7 @@ CLAIMS = [
         "§3.3; App. §9",
         "+0.4% (32,050 vs 31,915)",
         "±2%; its simulated hit rate rose beyond its noise",
-        check.router_copies,
+        router_checks.router_copies,
     ),
     Claim(
         "dwell_window",
@@ -158,7 +175,7 @@ CLAIMS = [
         "Table 1; App. §5, §10",
         "+0.067 vs +0.085; +0.073 vs +0.150",
         "lower loss by a paired 95% interval",
-        check.dwell_window,
+        dwell_checks.dwell_window,
     ),
     Claim(
         "dp_greedy",
@@ -166,7 +183,7 @@ CLAIMS = [
         "App. §6",
         "0 of 4.2e4 not optimal",
         "none not optimal",
-        check.dp_greedy,
+        dwell_checks.dp_greedy,
     ),
     Claim(
         "mean_interval",
@@ -175,7 +192,7 @@ CLAIMS = [
         "App. §7",
         "-17.5% (worse than LRU)",
         "±5 points",
-        check.mean_interval,
+        dwell_checks.mean_interval,
     ),
     Claim(
         "mean_interval_literal",
@@ -183,7 +200,7 @@ CLAIMS = [
         "App. §7",
         "-17.5% (worse than LRU)",
         "±5 points",
-        check.gap_share("mean-interval-literal", -0.175),
+        replay_checks.gap_share("mean-interval-literal", -0.175),
     ),
     Claim(
         "router_logit",
@@ -191,7 +208,7 @@ CLAIMS = [
         "App. §7",
         "+46% (closed loop)",
         "±10 points",
-        check.router_logit,
+        replay_checks.router_logit,
     ),
     Claim(
         "shuffled_control",
@@ -199,7 +216,7 @@ CLAIMS = [
         "App. §7",
         "-34% (router), -136% (past use)",
         "below 0",
-        check.shuffled_control,
+        learned_checks.shuffled_control,
     ),
     Claim(
         "foresight_curve",
@@ -207,7 +224,7 @@ CLAIMS = [
         "App. §7, Fig. 2",
         "17/31/51/76/96/99.7%",
         "±10 points at every k",
-        check.foresight_curve,
+        replay_checks.foresight_curve,
     ),
     Claim(
         "table2_order",
@@ -215,7 +232,7 @@ CLAIMS = [
         "App. §8, Table 2",
         "0.484 >= 0.481 > 0.430 > 0.413",
         "same order, strict pairs told apart (paired 95%); free above chance",
-        check.table2_order,
+        table2_checks.table2_order,
     ),
     Claim(
         "lfu_removes",
@@ -223,7 +240,7 @@ CLAIMS = [
         "App. §9, Table 3",
         "12-15%",
         "each within 9-18%; every tuned router's training rose beyond its noise",
-        check.lfu_removes,
+        router_checks.lfu_removes,
     ),
 ]
 

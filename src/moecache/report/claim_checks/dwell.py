@@ -1,0 +1,93 @@
+"""The restricting rules' claims: the greedy set against the DP, Dwell-k's window, and
+the mean-interval rule."""
+
+from __future__ import annotations
+
+from moecache.intervals import paired_difference
+from moecache.records.io import read_run
+from moecache.records.replay import OptimumSweep
+from moecache.report.claim_checks.replay import gap_share, share_of
+from moecache.report.evidence import (
+    Found,
+    Missing,
+    Results,
+    about,
+    joined,
+    judged,
+    runs_1x,
+    size_to_clear,
+    verdict,
+)
+
+
+def dp_greedy(r: Results) -> Found:
+    sweep, path = r.read("results/replay/optimum-sweep.json", "optimum sweep", OptimumSweep)
+    value = f"not optimal on {sweep['greedy_not_optimal']:,} of {sweep['instances']:,}"
+    return Found(value, verdict(sweep["greedy_not_optimal"] == 0), "random instances", "", [path])
+
+
+def dwell_window(r: Results) -> Found:
+    # Blocking runs only: an overlapped Dwell decodes fewer sequences (its loss is on those).
+    points, paths = runs_1x(r)
+    dwell = [  # (window / k, k, run)
+        (p.params["window"] / p.params["k"], p.params["k"], p)
+        for p in points
+        if p.policy == "dwell"
+    ]
+    if len({d[0] for d in dwell}) < 2:
+        raise Missing("no two dwell runs with windows of different length")
+    short, long = min(dwell, key=lambda d: d[0]), max(dwell, key=lambda d: d[0])
+    a, b = long[2], short[2]
+    value = (
+        f"{a.run} {a.delta_nll:+.3f} at rho {a.rho:.2f} against {b.run} "
+        f"{b.delta_nll:+.3f} at rho {b.rho:.2f}"
+    )
+    # Copies compare only at the same k (a longer dwell copies less whatever its window);
+    # they are exact counts, so only the loss has an interval to weigh.
+    same_k = long[1] == short[1]
+    lower, said = lower_loss(r, a, b)
+    too_small = said if lower is None else ""
+    if same_k and a.rho >= b.rho:  # more copies: the claim fails whatever the loss says
+        lower, too_small = False, ""
+    note = "" if same_k else "different k: loss compared, copies not"
+    return Found(
+        value, judged(bool(lower), "", too_small), "1x, first shard", joined(too_small, note), paths
+    )
+
+
+def lower_loss(r: Results, a, b) -> tuple[bool | None, str]:
+    """Whether run `a` loses less than run `b` by a paired 95% interval over the sequences
+    both decoded (their NLL per sequence); None with the sequences that would tell."""
+    rows_a = {row.sequence: row for row in read_run(r.path(a.path)).sequences}
+    rows_b = {row.sequence: row for row in read_run(r.path(b.path)).sequences}
+    both = sorted(set(rows_a) & set(rows_b))
+    if not both:
+        return None, f"{a.run} and {b.run} share no decoded sequence to pair their losses on"
+    point, interval = paired_difference(
+        [rows_a[s].nll_sum for s in both],
+        [rows_a[s].scored for s in both],
+        [rows_b[s].nll_sum for s in both],
+        [rows_b[s].scored for s in both],
+    )
+    if interval[1] < 0 or interval[0] > 0:
+        return interval[1] < 0, ""
+    size = size_to_clear(len(both), point, interval, 0.0)
+    return None, (
+        f"{a.run} - {b.run} NLL {point:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}] on "
+        f"{len(both)} sequences: {about(size)} sequences would tell them apart "
+        "(corpus.heldout.sequences)"
+    )
+
+
+def mean_interval(r: Results) -> Found:
+    """Today's reading, with the tested cause beside it: the literal reading's share on
+    the same trace and capacity (the two differ only in the once-seen convention)."""
+    found = gap_share("mean-interval", -0.175)(r)
+    report, _, _ = r.replay("replay")
+    try:
+        literal = share_of("mean-interval-literal")(report)[1]
+    except Missing:
+        return found
+    note = f"the literal reading, a once-seen expert kept, recovers {literal} on this trace"
+    found.why = "; ".join(filter(None, [found.why, note]))
+    return found
