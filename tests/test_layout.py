@@ -30,13 +30,13 @@ def test_one_folder_per_rule_file():
     assert helpers and helpers <= set(STAGES)
     for stage in STAGES:
         assert (package / stage / "__init__.py").is_file()
+        # Its commands are the command line's, a module named after it (cli/<stage>.py).
+        assert (package / "cli" / f"{stage}.py").is_file()
     loose = {path.stem for path in package.glob("*.py")}
     assert loose == {
         "__init__",
         "__main__",
         "atomic",
-        "cli",
-        "command",
         "config",
         "errors",
         "gpu",
