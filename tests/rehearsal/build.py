@@ -4,10 +4,11 @@ config/rehearsal.yaml (OLMoE) and config/rehearsal-qwen3.yaml (Qwen3-MoE).
 
 The checkpoint has what `allenai/OLMoE-1B-7B-0125` or `Qwen/Qwen3-30B-A3B` has:
 transformers' `config.json` with the family's model_type, safetensors weights in the hub's
-layout of that family (OLMoE, Qwen and DeepSeek: one tensor per expert and projection,
-`model.layers.L.mlp.experts.E.gate_proj.weight`, ...), and a tokenizer of its own with no
-BOS token (documents start at the end-of-text token, as OLMoE's do). The text file is JSON
-lines with a `text` field, read through `datasets`' `json` builder like a hub dataset.
+layout of that family (its adapter's `hub_expert`; OLMoE, Qwen and DeepSeek: one tensor
+per expert and projection, `model.layers.L.mlp.experts.E.gate_proj.weight`, ...), and a
+tokenizer of its own with no BOS token (documents start at the end-of-text token, as
+OLMoE's do). The text file is JSON lines with a `text` field, read through `datasets`'
+`json` builder like a hub dataset.
 
     python tests/rehearsal/build.py rehearsal [CONFIG]   # in the folder Snakemake runs in
 """
@@ -24,20 +25,6 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config" / "rehearsal.yaml"
 EOS, PAD = "<|endoftext|>", "<|padding|>"
-
-# One routed expert's first weight in a MoE layer, as the family's hub checkpoints store it
-# (transformers fuses the experts on load and splits them again on save). GPT-OSS's hub
-# checkpoints keep them fused.
-PER_EXPERT = "model.layers.{layer}.mlp.experts.{expert}.gate_proj.weight"
-HUB_LAYOUT = {
-    "olmoe": PER_EXPERT,
-    "qwen2_moe": PER_EXPERT,
-    "qwen3_moe": PER_EXPERT,
-    "deepseek_v2": PER_EXPERT,
-    "deepseek_v3": PER_EXPERT,
-    "mixtral": "model.layers.{layer}.block_sparse_moe.experts.{expert}.w1.weight",
-    "gpt_oss": "model.layers.{layer}.mlp.experts.gate_up_proj",
-}
 
 
 def documents(count: int, min_chars: int) -> list[str]:
@@ -88,9 +75,9 @@ def check_layout(model, names: set[str]) -> None:
     experts in a dense layer."""
     from moecache.model import registry
 
-    family = model.config.model_type
-    sizes = registry.adapter_for(family).sizes(model.config)
-    layout = HUB_LAYOUT[family]
+    adapter = registry.of(model)
+    sizes = adapter.sizes(model.config)
+    layout = adapter.hub_expert  # where the family's hub checkpoints keep one expert's weight
     for layer in range(sizes.num_hidden_layers):
         wanted = {layout.format(layer=layer, expert=e) for e in range(sizes.num_experts)}
         if layer in sizes.moe_layers:

@@ -45,10 +45,32 @@ class Sizes:
 
 
 class MoeAdapter:
-    family = "base"  # transformers' model_type
+    # transformers' model_type; a subclass that sets it in model/<model_type>.py is that
+    # family's adapter, found by the registry (registry.py)
+    family = "base"
     router_attr = "gate"  # the router's attribute on the sparse block
     # Stages that need a softmax router (family -> why not), see unsupported().
     unsupported_stages: dict[str, str] = {}
+    # Where the family's hub checkpoints store one routed expert's first weight (transformers
+    # fuses the experts on load and splits them again on save): the rehearsal builder and
+    # the tests check that a saved tiny checkpoint is in the hub's layout.
+    hub_expert = "model.layers.{layer}.mlp.experts.{expert}.gate_proj.weight"
+
+    # -- a tiny model of the family, for the tests, the rehearsals and the GPU check
+    def tiny_config(self, arch: dict, base: dict):
+        """transformers' config of the family at `arch`'s sizes (the keys of a config's
+        `model.architecture`; `base`: the keys every family shares, tiny.common), in this
+        class's vocabulary: `num_experts` experts of `intermediate_size` each. A family
+        whose config names them otherwise, or that has quirks the harness must handle
+        (dense layers, shared experts, groups), says so in its own."""
+        from transformers import AutoConfig
+
+        return AutoConfig.for_model(
+            self.family,
+            **base,
+            intermediate_size=arch["intermediate_size"],
+            num_experts=arch["num_experts"],
+        )
 
     # -- the checkpoint's config, before any weight is loaded
     def sizes(self, config) -> Sizes:

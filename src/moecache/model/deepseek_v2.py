@@ -22,6 +22,25 @@ import torch
 from moecache.model.adapter import NEG_INF, MoeAdapter
 
 
+def tiny_deepseek(arch: dict) -> dict:
+    """DeepSeek's MLA attention at a tiny model's sizes, one dense first layer, one shared
+    expert (V2's and V3's tiny configs)."""
+    head = arch["hidden_size"] // arch["num_attention_heads"]
+    return {
+        "intermediate_size": 2 * arch["intermediate_size"],
+        "moe_intermediate_size": arch["intermediate_size"],
+        "n_routed_experts": arch["num_experts"],
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "kv_lora_rank": 16,
+        "q_lora_rank": None,
+        "qk_rope_head_dim": head // 2,
+        "qk_nope_head_dim": head // 2,
+        "v_head_dim": head,
+        "rope_interleave": True,
+    }
+
+
 class DeepseekV2Adapter(MoeAdapter):
     family = "deepseek_v2"
     unsupported_stages = {
@@ -37,6 +56,11 @@ class DeepseekV2Adapter(MoeAdapter):
 
     def moe_layers(self, config) -> list[int]:
         return list(range(config.first_k_dense_replace, config.num_hidden_layers))
+
+    def tiny_config(self, arch, base):
+        from transformers import DeepseekV2Config
+
+        return DeepseekV2Config(**base, **tiny_deepseek(arch), topk_method="greedy")
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.float().softmax(dim=-1, dtype=torch.float32)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from moecache.model.adapter import NEG_INF
-from moecache.model.deepseek_v2 import DeepseekV2Adapter, allowed_by_group
+from moecache.model.deepseek_v2 import DeepseekV2Adapter, allowed_by_group, tiny_deepseek
 
 
 class DeepseekV3Adapter(DeepseekV2Adapter):
@@ -34,6 +34,20 @@ class DeepseekV3Adapter(DeepseekV2Adapter):
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.float().sigmoid()
+
+    def tiny_config(self, arch, base):
+        """Group-limited routing over 4 groups, the best 2 kept, with a random correction
+        bias set by tiny.model after the weights exist."""
+        from transformers import DeepseekV3Config
+
+        return DeepseekV3Config(
+            **base,
+            **tiny_deepseek(arch),
+            n_group=4,
+            topk_group=2,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+        )
 
     def restrict(self, block, logits, allowed):
         router = self.router(block)

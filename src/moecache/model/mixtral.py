@@ -10,6 +10,16 @@ from moecache.model.adapter import MoeAdapter
 
 class MixtralAdapter(MoeAdapter):
     family = "mixtral"
+    hub_expert = "model.layers.{layer}.block_sparse_moe.experts.{expert}.w1.weight"
+
+    def tiny_config(self, arch, base):
+        from transformers import MixtralConfig
+
+        return MixtralConfig(
+            **base,
+            intermediate_size=arch["intermediate_size"],
+            num_local_experts=arch["num_experts"],
+        )
 
     def renormalises(self, block) -> bool:
         return True  # MixtralTopKRouter always divides by the top-k sum

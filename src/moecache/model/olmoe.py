@@ -9,3 +9,14 @@ from moecache.model.adapter import MoeAdapter
 
 class OlmoeAdapter(MoeAdapter):
     family = "olmoe"
+
+    def tiny_config(self, arch, base):
+        from transformers import OlmoeConfig
+
+        return OlmoeConfig(
+            **base,
+            intermediate_size=arch["intermediate_size"],
+            num_experts=arch["num_experts"],
+            norm_topk_prob=False,
+            router_aux_loss_coef=0.01,
+        )

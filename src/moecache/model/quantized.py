@@ -42,7 +42,6 @@ FP4_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 FP4_VALUES = FP4_MAGNITUDES + tuple(-v for v in FP4_MAGNITUDES)
 E8M0_BIAS = 127
 MXFP4_BLOCK = 32  # inputs per e8m0 scale
-FP8_FAMILIES = ("qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe")
 FP8_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 
 
@@ -153,15 +152,24 @@ def fp4_values(device: torch.device) -> torch.Tensor:
     return torch.tensor(FP4_VALUES, dtype=torch.float32, device=device)
 
 
+def fp8_families() -> list[str]:
+    """The families whose hub checkpoints keep each expert's gate_proj, up_proj and
+    down_proj apart (the adapters' default `hub_expert`): the layout FP8 blocks are read in."""
+    from moecache.model.adapter import MoeAdapter
+
+    default = MoeAdapter.hub_expert
+    return sorted(f for f, adapter in registry.ADAPTERS.items() if adapter.hub_expert == default)
+
+
 class Fp8Blocks:
     """Block-scaled FP8 experts: per expert and projection, as on the hub."""
 
     method = "fp8"
 
     def __init__(self, settings: dict, family: str):
-        if family not in FP8_FAMILIES:
+        if family not in fp8_families():
             raise MoecacheError(
-                f"quantization fp8: moecache keeps it for {', '.join(FP8_FAMILIES)}, not {family}"
+                f"quantization fp8: moecache keeps it for {', '.join(fp8_families())}, not {family}"
             )
         unsupported = {
             "activation_scheme": settings.get("activation_scheme", "dynamic") != "dynamic",

@@ -18,3 +18,17 @@ class Qwen2MoeAdapter(Qwen3MoeAdapter):
 
     def shared_modules(self, block) -> list:
         return [block.shared_expert, block.shared_expert_gate]
+
+    def tiny_config(self, arch, base):
+        """Layer 0 dense, as the Qwen3-MoE tiny model's; a shared expert twice as wide."""
+        from transformers import Qwen2MoeConfig
+
+        return Qwen2MoeConfig(
+            **base,
+            intermediate_size=2 * arch["intermediate_size"],
+            moe_intermediate_size=arch["intermediate_size"],
+            shared_expert_intermediate_size=2 * arch["intermediate_size"],
+            num_experts=arch["num_experts"],
+            norm_topk_prob=False,
+            mlp_only_layers=[0],
+        )

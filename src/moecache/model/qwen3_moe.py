@@ -27,3 +27,19 @@ class Qwen3MoeAdapter(MoeAdapter):
 
     def moe_layers(self, config) -> list[int]:
         return sparse_layers(config)
+
+    def tiny_config(self, arch, base):
+        """Layer 0 dense (mlp_only_layers), as some Qwen checkpoints have, to keep the check
+        that refuses a dense restricted layer honest; top-k weights renormalised, as
+        published."""
+        from transformers import Qwen3MoeConfig
+
+        return Qwen3MoeConfig(
+            **base,
+            intermediate_size=2 * arch["intermediate_size"],
+            moe_intermediate_size=arch["intermediate_size"],
+            num_experts=arch["num_experts"],
+            norm_topk_prob=True,
+            mlp_only_layers=[0],
+            head_dim=arch["hidden_size"] // arch["num_attention_heads"],
+        )

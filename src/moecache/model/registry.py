@@ -1,29 +1,67 @@
-"""The families that have an adapter, by transformers' model_type. Adding a family is one
-adapter file in this folder and one line here (docs/adding-a-model.md)."""
+"""The families that have an adapter, by transformers' model_type, found rather than listed:
+a family's adapter is the module `model/<model_type>.py` whose `MoeAdapter` subclass says
+`family = "<model_type>"` (docs/adding-a-model.md). Everything that lists families (the
+config's check, the tiny models, the tests, the rehearsal builder, the GPU check) reads
+them here, so adding a family is adding its file."""
 
 from __future__ import annotations
 
 import functools
+import importlib
+import re
+from pathlib import Path
 
+from moecache import model as package
 from moecache.errors import MoecacheError
 from moecache.model.adapter import MoeAdapter
-from moecache.model.deepseek_v2 import DeepseekV2Adapter
-from moecache.model.deepseek_v3 import DeepseekV3Adapter
-from moecache.model.gpt_oss import GptOssAdapter
-from moecache.model.mixtral import MixtralAdapter
-from moecache.model.olmoe import OlmoeAdapter
-from moecache.model.qwen2_moe import Qwen2MoeAdapter
-from moecache.model.qwen3_moe import Qwen3MoeAdapter
 
-ADAPTERS: dict[str, type[MoeAdapter]] = {
-    "olmoe": OlmoeAdapter,
-    "mixtral": MixtralAdapter,
-    "qwen2_moe": Qwen2MoeAdapter,
-    "qwen3_moe": Qwen3MoeAdapter,
-    "deepseek_v2": DeepseekV2Adapter,
-    "deepseek_v3": DeepseekV3Adapter,
-    "gpt_oss": GptOssAdapter,
-}
+
+def declares_family(path: Path) -> bool:
+    """Whether the module at `path` declares the family it is named after. Read, not
+    imported: the package's other modules (the loader, the quantized experts, training)
+    stay unloaded until something needs them."""
+    pattern = rf'^\s+family = "{re.escape(path.stem)}"\s*$'
+    return re.search(pattern, path.read_text(), re.MULTILINE) is not None
+
+
+def adapter_class(name: str) -> type[MoeAdapter]:
+    """The one MoeAdapter subclass that `model/<name>.py` defines for family `name`."""
+    module = importlib.import_module(f"{package.__name__}.{name}")
+    found = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and issubclass(value, MoeAdapter)
+        and value.__dict__.get("family") == name
+    ]
+    if len(found) != 1:
+        raise MoecacheError(
+            f"{module.__file__}: declares family {name!r} in {len(found)} MoeAdapter "
+            "subclasses; an adapter module holds exactly one"
+        )
+    return found[0]
+
+
+def discover() -> dict[str, type[MoeAdapter]]:
+    """Every family's adapter in the model package's folders (`__path__`, which a test may
+    extend with a temporary folder), by family name."""
+    names = {
+        path.stem
+        for folder in package.__path__
+        for path in Path(folder).glob("*.py")
+        if declares_family(path)
+    }
+    return {name: adapter_class(name) for name in sorted(names)}
+
+
+ADAPTERS: dict[str, type[MoeAdapter]] = discover()
+
+
+def refresh() -> None:
+    """Find the adapters again, in place (a test that adds a family, and its cleanup)."""
+    ADAPTERS.clear()
+    ADAPTERS.update(discover())
+    adapter_for.cache_clear()
 
 
 @functools.cache
