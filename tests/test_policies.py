@@ -16,30 +16,36 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
-from moecache.policies import POLICIES, ZOO, Plan, Policy, make
+from moecache.policies import POLICIES, Plan, Policy, make
 from moecache.policies.eviction import KEY_LIMIT
 from moecache.policies.lru import LRU
 
-# Every lossless rule with the parameters worth covering; "all" is added where C == N.
+# Rules covered in other files, by what they need: a trained file (learned, controller:
+# tests/test_learned.py, tests/test_controller.py; next-use: tests/test_next_use.py).
+TRAINED = {"learned", "controller", "next-use"}
+# The demand a run recorded (oracle-set: tests/test_accuracy.py covers it).
+RECORDED = {"oracle-set"}
+# Lossless, but only where C == N: lossless_rules adds it there.
+WHOLE = "all"
+# Parameters worth covering beyond a rule's defaults, by rule name.
+PARAMS = {
+    "decayed-frequency": [{"decay": 0.5}],
+    "co-activation": [{"decay": 0.5, "context_decay": 0.0}],
+    "reuse-distance": [{"weight": 1.0, "prior": 2.0, "overdue": 1.0}],
+    "farthest-future": [{"foresight": 1}, {"foresight": 3}],
+    "clock": [{"bits": 2}],
+}
+ELSEWHERE = TRAINED | RECORDED | {WHOLE}
+# Every registered lossless rule on its defaults, then the parameters above: a new rule is
+# covered from the registry alone (the zoo also against libCacheSim: tests/test_zoo.py).
 LOSSLESS = [
-    ("lru", {}),
-    ("decayed-frequency", {}),
-    ("decayed-frequency", {"decay": 0.5}),
-    ("mean-interval", {}),
-    ("mean-interval-literal", {}),
-    ("router-logit", {}),
-    ("co-activation", {}),
-    ("co-activation", {"decay": 0.5, "context_decay": 0.0}),
-    ("reuse-distance", {}),
-    ("reuse-distance", {"weight": 1.0, "prior": 2.0, "overdue": 1.0}),
-    ("farthest-future", {}),
-    ("farthest-future", {"foresight": 1}),
-    ("farthest-future", {"foresight": 3}),
-    # The zoo of the caching literature (tests/test_zoo.py checks them against libCacheSim).
-    *[(name, {}) for name in ZOO],
-    ("clock", {"bits": 2}),
-]
-RESTRICTING = {"dwell", "static"}
+    (name, {}) for name, cls in POLICIES.items() if not cls.restricts and name not in ELSEWHERE
+] + [(name, params) for name, extra in PARAMS.items() for params in extra]
+# Every registered restricting rule these tests build; dwell and static also have their
+# schedules checked (test_restricting_rules_copy_only_when_scheduled).
+RESTRICTING = {name for name, cls in POLICIES.items() if cls.restricts} - ELSEWHERE
+# The rules known to restrict the router, pinned so that none changes family unseen.
+RESTRICTS = {"dwell", "static", "controller", "oracle-set"}
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -243,7 +249,7 @@ def cases(draw, top_k=(1, 4), max_experts=24, max_len=60) -> Case:
 def lossless_rules(case: Case):
     rules = list(LOSSLESS)
     if case.capacity == case.num_experts:
-        rules.append(("all", {}))
+        rules.append((WHOLE, {}))
     return rules
 
 
@@ -286,17 +292,13 @@ def test_lossless_rules_copy_exactly_the_misses(case):
 
 
 def test_every_registered_policy_is_covered():
-    """The tests here know every rule in POLICIES and whether it restricts the router."""
-    # The learned rule and the controller need trained files: tests/test_learned.py and
-    # tests/test_controller.py cover them.
-    trained = {"learned": False, "controller": True}  # name -> restricts
-    trained["next-use"] = False  # tests/test_next_use.py
-    # The oracle set reads the demand a run recorded: tests/test_accuracy.py covers it.
-    trained["oracle-set"] = True
-    covered = {name for name, _ in LOSSLESS} | {"all", *trained} | RESTRICTING
+    """The tests here run every rule in POLICIES (the lossless ones through LOSSLESS, the
+    restricting ones through RESTRICTING) but those another file covers (ELSEWHERE), and
+    the rules known to restrict the router still do, the pinned lossless ones not."""
+    covered = {name for name, _ in LOSSLESS} | RESTRICTING | ELSEWHERE
     assert covered == set(POLICIES)
-    for name, cls in POLICIES.items():
-        assert cls.restricts == (name in RESTRICTING or trained.get(name, False)), name
+    assert {name for name, cls in POLICIES.items() if cls.restricts} >= RESTRICTS
+    assert not any(POLICIES[name].restricts for name in (WHOLE, "learned", "next-use", *PARAMS))
 
 
 # --- 2. determinism ----------------------------------------------------------------------
@@ -310,6 +312,7 @@ def test_runs_are_deterministic(case, k, window):
     probs = case.probs()
     rules = lossless_rules(case) + [("dwell", {"k": k, "window": window})]
     rules.append(("static", {"window": window}))
+    rules += [(name, {}) for name in sorted(RESTRICTING - {"dwell", "static"})]
     for name, params in rules:
         first = simulate(build(case, name, params), case.stream, probs)
         policy = build(case, name, params)
@@ -548,7 +551,7 @@ def test_priority_keys_are_checked_below_2_40(shift, refused):
     assert "shifted-lru" in one_line(caught) and "token 2" in one_line(caught)
 
 
-@pytest.mark.parametrize("name", ["dwell", "static", "oracle-set"])
+@pytest.mark.parametrize("name", sorted(RESTRICTING | RECORDED))
 def test_restricting_rules_serve_one_stream(name):
     """reset(future, streams) is one signature for every rule; a rule that serves the
     harness's one stream refuses many in one line."""
@@ -575,7 +578,7 @@ def test_mean_interval_readings_part_on_a_burst():
         assert {name: run.insertions for name, run in runs.items()} == copies
 
 
-@pytest.mark.parametrize("name", sorted(set(POLICIES) - {"learned", "controller", "next-use"}))
+@pytest.mark.parametrize("name", sorted(set(POLICIES) - TRAINED))
 def test_every_rule_starts_through_the_one_reset(name, monkeypatch):
     """Policy.reset is the one reset: every rule family (EvictionPolicy, EventPolicy and the
     compiled ones, ScheduledPolicy) extends it through super().reset, and no reset on the

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_policies import LOSSLESS, router_probs, simulate
 
 from moecache.errors import MoecacheError
-from moecache.policies import ZOO, make
+from moecache.policies import POLICIES, ZOO, EvictionPolicy, make
 from moecache.policies.farthest_future import next_requests
 from moecache.records.demand import Demand, from_arrays, padded, read_jsonl
 from moecache.records.io import read_dict
@@ -304,18 +304,15 @@ def test_replay_json_schema(tmp_path):
         "inputs",
         "versions",
     }
-    # Every lossless rule that needs no router probabilities (a demand file has none).
-    zoo = {"fifo", "clock", "lfu", "slru", "two-q", "arc", "lirs", "sieve", "s3-fifo", "w-tinylfu"}
+    # Every lossless rule in the registry that needs no router probabilities (a demand file
+    # has none) and no trained file (those run only when named); the references among them.
     expected = {
-        "lru",
-        "decayed-frequency",
-        "mean-interval",
-        "mean-interval-literal",
-        "co-activation",
-        "reuse-distance",
-        "farthest-future",
-        *zoo,
+        name
+        for name, cls in POLICIES.items()
+        if issubclass(cls, EvictionPolicy) and cls.by_default and not cls.needs_probs
     }
+    assert {"lru", "farthest-future", *ZOO} <= expected
+    assert not {"router-logit", "learned", "dwell"} & expected
     assert set(report["rules"]) == expected
     lru = report["rules"]["lru"]
     assert set(lru["totals"]) == {
@@ -364,7 +361,6 @@ def test_replay_agrees_with_the_closed_loop_harness(smoke_run):
     steady copies exactly, at every copy multiplier."""
     from conftest import SMOKE, load_yaml
 
-    from moecache.policies import POLICIES, EvictionPolicy
     from moecache.records.trace import read_demand as read_trace
 
     config = load_yaml(SMOKE)

@@ -100,6 +100,7 @@ kernels.register(State, on_hit, on_miss, victim, on_evict, on_insert)
 
 class ARC(kernels.CompiledEventPolicy):
     name = "arc"
+    libcachesim = "ARC"  # the same algorithm there (tests/test_zoo.py)
 
     def new_state(self, streams):
         return State(

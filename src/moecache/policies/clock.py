@@ -50,6 +50,7 @@ kernels.register(State, on_hit, kernels.nothing, victim, kernels.drop, on_insert
 
 class Clock(kernels.CompiledEventPolicy):
     name = "clock"
+    libcachesim = "Clock"  # the same algorithm there (tests/test_zoo.py)
 
     def __init__(self, capacity, num_experts, top_k, bits: int = 1):
         super().__init__(capacity, num_experts, top_k)

@@ -31,6 +31,7 @@ kernels.register(State, kernels.nothing, kernels.nothing, victim, kernels.drop, 
 
 class FIFO(kernels.CompiledEventPolicy):
     name = "fifo"
+    libcachesim = "FIFO"  # the same algorithm there (tests/test_zoo.py)
 
     def new_state(self, streams):
         return State(**kernels.lists(streams, self.num_experts))

@@ -48,6 +48,7 @@ kernels.register(State, on_hit, kernels.nothing, victim, kernels.drop, on_insert
 
 class LFU(kernels.CompiledEventPolicy):
     name = "lfu"
+    libcachesim = "LFU"  # the same algorithm there (tests/test_zoo.py)
 
     def new_state(self, streams):
         count = np.zeros((streams, self.num_experts), dtype=np.int64)

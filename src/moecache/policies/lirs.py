@@ -132,6 +132,7 @@ kernels.register(State, on_hit, kernels.nothing, victim, on_evict, on_insert)
 
 class LIRS(kernels.CompiledEventPolicy):
     name = "lirs"
+    libcachesim = "LIRS"  # the same algorithm there (tests/test_zoo.py)
 
     def __init__(self, capacity, num_experts, top_k):
         super().__init__(capacity, num_experts, top_k)

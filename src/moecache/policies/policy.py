@@ -46,6 +46,7 @@ class Policy:
     layer: int | None = None  # the restricted layer it serves (set by the harness)
     by_default: bool = True  # False: replayed only when named (it needs a trained file)
     many_streams: bool = False  # True: reset() may start many streams (replay's `step`)
+    libcachesim: str = ""  # the libCacheSim class of the same algorithm (a zoo rule)
 
     def __init__(self, capacity: int, num_experts: int, top_k: int):
         if not 0 < top_k <= capacity <= num_experts:

@@ -89,6 +89,7 @@ kernels.register(State, on_hit, on_miss, victim, on_evict, on_insert)
 
 class S3FIFO(kernels.CompiledEventPolicy):
     name = "s3-fifo"
+    libcachesim = "S3FIFO"  # the same algorithm there (tests/test_zoo.py)
 
     def __init__(
         self,

@@ -59,6 +59,7 @@ kernels.register(State, on_hit, kernels.nothing, victim, on_evict, on_insert)
 
 class Sieve(kernels.CompiledEventPolicy):
     name = "sieve"
+    libcachesim = "Sieve"  # the same algorithm there (tests/test_zoo.py)
 
     def new_state(self, streams):
         visited = np.zeros((streams, self.num_experts), dtype=np.bool_)

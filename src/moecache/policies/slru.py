@@ -84,6 +84,7 @@ kernels.register(State, on_hit, kernels.nothing, victim, kernels.drop, on_insert
 
 class SLRU(kernels.CompiledEventPolicy):
     name = "slru"
+    libcachesim = "SLRU"  # the same algorithm there (tests/test_zoo.py)
 
     def __init__(self, capacity, num_experts, top_k, segments: int = 4):
         super().__init__(capacity, num_experts, top_k)

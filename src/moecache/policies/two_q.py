@@ -59,6 +59,7 @@ kernels.register(State, on_hit, on_miss, victim, on_evict, on_insert)
 
 class TwoQ(kernels.CompiledEventPolicy):
     name = "two-q"
+    libcachesim = "TwoQ"  # the same algorithm there (tests/test_zoo.py)
 
     def __init__(self, capacity, num_experts, top_k, ain: float = 0.25, aout: float = 0.5):
         super().__init__(capacity, num_experts, top_k)

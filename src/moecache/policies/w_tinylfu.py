@@ -93,6 +93,7 @@ kernels.register(State, on_hit, kernels.nothing, victim, on_evict, on_insert)
 
 class WTinyLFU(kernels.CompiledEventPolicy):
     name = "w-tinylfu"
+    libcachesim = "WTinyLFU"  # the same algorithm there (tests/test_zoo.py)
 
     def __init__(self, capacity, num_experts, top_k, window: float = 0.01):
         super().__init__(capacity, num_experts, top_k)
