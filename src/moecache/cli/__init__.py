@@ -22,14 +22,28 @@ from moecache.cli import (
     learned,
     model,
     replay,
+    replay_benchmarks,
     report,
     router_tuning,
+    trace,
 )
 from moecache.cli.command import add
 from moecache.errors import MoecacheError
 
 # In the pipeline's order, which is the order `moecache --help` lists them in.
-STAGES = (data, model, harness, replay, learned, router_tuning, controller, accuracy, report)
+STAGES = (
+    data,
+    model,
+    harness,
+    replay,
+    replay_benchmarks,
+    trace,
+    learned,
+    router_tuning,
+    controller,
+    accuracy,
+    report,
+)
 
 
 def cmd_validate_config(args):

@@ -158,6 +158,14 @@ def cmd_gpu_check(args):
 
 
 def register(sub) -> None:
+    register_measures(sub)
+    register_decodes(sub)
+    register_checks(sub)
+
+
+def register_measures(sub) -> None:
+    """The harness's measurements beside decoding: the profile, the gates, each layer's
+    probe, the copy bandwidth and the slower link's check."""
     p = with_settings(
         add(
             sub,
@@ -170,6 +178,27 @@ def register(sub) -> None:
     p = with_settings(add(sub, "gates", cmd_gates, "exactness gates on one shard"))
     on_model(p, "--sequences", "--out")
 
+    p = with_settings(
+        add(
+            sub,
+            "probe-layers",
+            cmd_probe_layers,
+            "restrict one layer at a time; delta NLL per layer",
+        )
+    )
+    on_model(p, "--sequences", "--gates", "--out")
+
+    p = with_settings(add(sub, "bandwidth", cmd_bandwidth, "copy time and bandwidth per expert"))
+    on_model(p, "--out")
+
+    p = with_settings(
+        add(sub, "link-check", cmd_link_check, "LRU's compute per token under each slower link")
+    )
+    on_model(p, "--sequences", "--out")
+
+
+def register_decodes(sub) -> None:
+    """A shard's decode under every run, and batched decoding."""
     p = with_settings(
         add(
             sub,
@@ -207,24 +236,9 @@ def register(sub) -> None:
     p.add_argument("--run", help="only this run of harness.batched.runs (fan_out run)")
     p.add_argument("--shape", help="--run's shape, as b4-static-p0 (fan_out run)")
 
-    p = with_settings(
-        add(
-            sub,
-            "probe-layers",
-            cmd_probe_layers,
-            "restrict one layer at a time; delta NLL per layer",
-        )
-    )
-    on_model(p, "--sequences", "--gates", "--out")
 
-    p = with_settings(add(sub, "bandwidth", cmd_bandwidth, "copy time and bandwidth per expert"))
-    on_model(p, "--out")
-
-    p = with_settings(
-        add(sub, "link-check", cmd_link_check, "LRU's compute per token under each slower link")
-    )
-    on_model(p, "--sequences", "--out")
-
+def register_checks(sub) -> None:
+    """The tiers harness and its check, and the GPU check."""
     p = with_settings(
         add(
             sub,

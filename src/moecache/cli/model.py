@@ -125,6 +125,12 @@ def reserve_flag(p) -> None:
 
 
 def register(sub) -> None:
+    register_plan(sub)
+    register_plan_table(sub)
+    register_train(sub)
+
+
+def register_plan(sub) -> None:
     p = with_settings(
         add(
             sub,
@@ -170,6 +176,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
     p.add_argument("--out", type=Path, help="also write the answer as JSON")
 
+
+def register_plan_table(sub) -> None:
     p = add(
         sub,
         "plan-table",
@@ -192,6 +200,8 @@ def register(sub) -> None:
     )
     reserve_flag(p)
 
+
+def register_train(sub) -> None:
     p = with_settings(add(sub, "train", cmd_train, "train the embedded tiny OLMoE"))
     p.add_argument("--tokenizer", required=True)
     p.add_argument("--train", required=True, type=Path)

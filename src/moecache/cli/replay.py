@@ -21,10 +21,8 @@ from moecache.records.replay import (
     BoundResult,
     ForesightResult,
     OptimumSweep,
-    ReplayBenchmark,
     ReplayResult,
 )
-from moecache.replay import importers
 
 
 def batched(args) -> bool:
@@ -290,164 +288,6 @@ def cmd_optimum_sweep(args):
     )
 
 
-def cmd_benchmark_replay(args):
-    from moecache import provenance
-    from moecache.replay import benchmark
-
-    settings = load_settings(args, ("replay",))
-    bench = settings["replay"]["benchmark"]
-    if args.trace:
-        demand, sources = read_demand(args)[0], [args.trace]
-    else:
-        demand, sources = benchmark.paper_scale(bench, settings["seed"]), []
-    rounds = args.rounds or bench["rounds"]
-    if rounds < 1:
-        raise MoecacheError(f"--rounds {rounds}: must be at least 1")
-    report = benchmark.run(demand, bench["capacity"], rounds, settings["seed"])
-    lines = [
-        f"{report['requests']:,} requests in {report['streams']} streams; the LP on all "
-        f"streams {report['lp']['lp_seconds']:.2f} s"
-    ]
-    for rule, r in report["rules"].items():
-        theirs = r["libcachesim"]
-        versus = (
-            f"libCacheSim {theirs['algorithm']} {theirs['requests_per_second'] / 1e6:.2f} M "
-            f"req/s (ratio {r['speed_ratio']:.2f}, 95% "
-            f"{r['speed_ratio_interval'][0]:.2f}-{r['speed_ratio_interval'][1]:.2f})"
-            if r["speed_ratio"] is not None
-            else f"libCacheSim {theirs['algorithm']} {theirs['skipped']}"
-        )
-        lines.append(
-            f"{rule}: replay {r['replay']['requests_per_second'] / 1e6:.2f} M req/s, {versus}"
-        )
-    emit(args, report, lines, sources, provenance.stamp(settings, "cpu"), ReplayBenchmark)
-
-
-def cmd_benchmark_per_request(args):
-    from moecache import provenance
-    from moecache.replay import benchmark, peers
-
-    settings = load_settings(args, ("replay",))
-    bench = settings["replay"]["benchmark"]
-    demand = benchmark.paper_scale(bench, settings["seed"])
-    rounds = args.rounds or bench["rounds"]
-    if rounds < 1:
-        raise MoecacheError(f"--rounds {rounds}: must be at least 1")
-    report = peers.run(demand, bench["capacity"], rounds, settings["seed"])
-    report["startup"] = startup_of(args, demand, bench["capacity"], rounds, settings["seed"])
-    lines = [
-        f"{report['requests']:,} requests in {report['streams']} streams, one at a time, "
-        f"C = {report['capacity']}, {rounds} interleaved rounds (s per million requests)"
-    ]
-    for counting, c in report["semantics"].items():
-        lines.append(
-            f"{counting.replace('_', ' ')}: LRU {c['lru']:,}, farthest-future "
-            f"{c['farthest_future']:,} insertions (saving {percent(c['saving'])})"
-        )
-    for rule, r in report["rules"].items():
-        versus = ", ".join(
-            f"{tool} {t['seconds_per_million_requests']:.3f} ({t['speedup']:.1f}x slower, 95% "
-            f"{t['speedup_interval'][0]:.1f}-{t['speedup_interval'][1]:.1f})"
-            for tool, t in r.items()
-            if isinstance(t, dict) and "speedup" in t
-        )
-        ours = r["moecache"]["seconds_per_million_requests"]
-        lines.append(f"{rule} ({r['misses']:,} misses, all equal): moecache {ours:.3f}; {versus}")
-    lines.append(startup_line(report["startup"]))
-    sources = [args.trace] if args.trace else []
-    emit(args, report, lines, sources, provenance.stamp(settings, "cpu"))
-
-
-def startup_of(args, demand, capacity: int, rounds: int, seed: int) -> dict:
-    """`moecache replay --per-request --rule lru` end to end beside the ten-line bigrig
-    script (moecache.replay.startup), on --trace or on `demand` written as a harness trace."""
-    import tempfile
-
-    from moecache.replay import startup
-
-    if args.trace:
-        experts = read_demand(args)[0].num_experts
-        return startup.run(args.trace, capacity, experts, rounds, seed)
-    with tempfile.TemporaryDirectory() as folder:
-        trace = startup.write_trace(demand, Path(folder) / "paper-scale.parquet")
-        timed = startup.run(trace, capacity, demand.num_experts, rounds, seed)
-        return {**timed, "trace": "replay.benchmark's demand, written as a harness trace"}
-
-
-def startup_line(s: dict) -> str:
-    low, high = s["ratio_interval"]
-    verdict = "within" if s["within_target"] else "above"
-    return (
-        f"start-up, end to end ({s['misses']:,} LRU misses, equal): moecache replay "
-        f"{s['moecache']['median_seconds']:.2f} s, bigrig script "
-        f"{s['bigrig']['median_seconds']:.2f} s (ratio {s['ratio']:.2f}, 95% {low:.2f}-"
-        f"{high:.2f}; {verdict} the target {s['target']:g})"
-    )
-
-
-def cmd_trace_convert(args):
-    from moecache.replay import convert, moe_layers
-
-    if args.moe_layers is not None and args.model_config is not None:
-        raise MoecacheError("--moe-layers and --model-config: give one of them")
-    layers = None
-    if args.moe_layers is not None:
-        layers = moe_layers.parse(args.moe_layers)
-    elif args.model_config is not None:
-        layers = moe_layers.from_config(args.model_config)
-    done = convert.convert(
-        args.source,
-        args.out,
-        args.experts,
-        args.group_rows,
-        args.source_format,
-        layers=layers,
-        prompt=not args.no_prompt,
-    )
-    notes = [f"experts in {done['order']} order"] if "order" in done else []
-    if done.get("prompt_tokens"):
-        notes.append(f"{done['prompt_tokens']:,} prompt tokens, first in their sequences")
-    if done.get("prompt_tokens_left_out"):
-        notes.append(f"{done['prompt_tokens_left_out']:,} prompt tokens left out (--no-prompt)")
-    print(
-        f"{args.out}: {done['rows']:,} rows, {done['sequences']:,} sequences, "
-        f"top-{done['top_k']} of {done['experts']} experts" + "".join(f"; {note}" for note in notes)
-    )
-
-
-def cmd_trace_dump(args):
-    from moecache.replay import convert
-
-    for line in convert.dump(args.trace):
-        print(line)
-
-
-def cmd_benchmark_replay_scale(args):
-    from moecache import provenance
-    from moecache.replay import scale
-
-    shape = {
-        "sequences": args.sequences,
-        "tokens": args.tokens,
-        "layers": args.layers,
-        "experts": args.experts,
-        "top_k": args.top_k,
-    }
-    for name, value in shape.items():
-        if value < 1:
-            raise MoecacheError(f"--{name.replace('_', '-')} {value}: must be at least 1")
-    if not shape["top_k"] <= args.capacity <= shape["experts"]:
-        raise MoecacheError(f"--capacity {args.capacity}: need top-k <= C <= experts")
-    report = scale.run(shape, args.capacity, args.seed, args.tmp)
-    lines = [
-        f"{report['requests']:,} requests ({report['streams']:,} streams), peak memory "
-        f"{report['peak_memory_gib']:.2f} GiB; read alone {report['read_seconds']:.1f} s"
-    ]
-    for rule, r in report["rules"].items():
-        lines.append(f"{rule}: {r['seconds']:.1f} s, {r['requests_per_second'] / 1e6:.2f} M req/s")
-    emit(args, report, lines, origin=provenance.stamp({"replay_scale": shape}, "cpu"))
-
-
 def batching(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """--batch/--batching: B sequences decoded at once (docs/batching.md)."""
     p.add_argument("--batch", type=int, default=1, help="sequences decoded at once (B)")
@@ -460,8 +300,12 @@ def on_batched_demand(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def register(sub) -> None:
-    register_scale(sub)
-    register_trace(sub)
+    register_replay(sub)
+    register_bounds(sub)
+
+
+def register_replay(sub) -> None:
+    """`replay` (and its tiers) and the config's tiered grid."""
     p = on_batched_demand(
         add(sub, "replay", cmd_replay, "replay demand under lossless eviction rules")
     )
@@ -490,6 +334,10 @@ def register(sub) -> None:
         )
     )
     p.add_argument("--trace", nargs="+", required=True, help="shard=trace of each shard")
+
+
+def register_bounds(sub) -> None:
+    """The bounds beside the rules: B_flat, B* and greedy, the optimum, foresight's gap."""
     p = on_batched_demand(
         add(sub, "bound", cmd_bound, "B_flat, the exact B* (LP) and greedy B_greedy")
     )
@@ -515,31 +363,6 @@ def register(sub) -> None:
             add(sub, "optimum-sweep", cmd_optimum_sweep, "greedy against the exact optimum")
         )
     )
-    p = results(
-        with_settings(
-            add(sub, "benchmark-replay", cmd_benchmark_replay, "replay speed beside libCacheSim's")
-        )
-    )
-    p.add_argument("--trace", type=Path, help="time this harness trace instead")
-    p.add_argument("--experts", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--rounds", type=int, help="timed rounds (default: the config's)")
-    p = results(
-        with_settings(
-            add(
-                sub,
-                "benchmark-per-request",
-                cmd_benchmark_per_request,
-                "per-request LRU and Belady beside bigrig's and moe-policylang's",
-            )
-        )
-    )
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default: the config's)")
-    p.add_argument(
-        "--trace",
-        type=Path,
-        help="a shard's harness trace to time start-up on (default: the benchmark's demand)",
-    )
-    p.add_argument("--experts", type=int, help=argparse.SUPPRESS)
 
 
 def tiers_arguments(p: argparse.ArgumentParser) -> None:
@@ -566,71 +389,3 @@ def tiers_arguments(p: argparse.ArgumentParser) -> None:
         help=f"per stream, stop the optimum's search there (default {OPTIMUM_SECONDS:g})",
     )
     with_settings(p)
-
-
-def register_scale(sub) -> None:
-    p = results(
-        add(
-            sub,
-            "benchmark-replay-scale",
-            cmd_benchmark_replay_scale,
-            "every rule over a generated trace of production size, streamed: seconds, memory",
-        )
-    )
-    for flag, default, what in (
-        ("--sequences", 400, "sequences"),
-        ("--tokens", 1000, "tokens per sequence"),
-        ("--layers", 32, "MoE layers"),
-        ("--experts", 64, "experts per layer (N)"),
-        ("--top-k", 8, "experts per token (k)"),
-        ("--capacity", 32, "pool slots (C)"),
-        ("--seed", 0, "seed of the generated demand"),
-    ):
-        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
-    p.add_argument("--tmp", type=Path, help="folder for the generated trace (default: $TMPDIR)")
-
-
-def register_trace(sub) -> None:
-    trace = sub.add_parser("trace", help="the routing trace format anyone can write")
-    verbs = trace.add_subparsers(dest="verb", required=True)
-    p = verbs.add_parser("convert", help="a routing log (ours or another tool's) to a trace")
-    p.set_defaults(func=cmd_trace_convert)
-    p.add_argument(
-        "source",
-        type=Path,
-        help='the log; by default JSON lines {"sequence", "layer", "token", "experts"}',
-    )
-    p.add_argument(
-        "--from",
-        dest="source_format",
-        choices=importers.FORMATS,
-        default="moecache",
-        help="the log's format: ours, vLLM's routed experts, SGLang's per-token recorder "
-        "dump, Megatron-LM's router trace, moe-policylang's recorder (JSON lines or "
-        "Parquet), a NumPy [tokens, layers, k] array (docs/trace-format.md)",
-    )
-    p.add_argument(
-        "--experts",
-        type=int,
-        help="experts per layer (N); policylang's header and SGLang's expert map say it",
-    )
-    p.add_argument(
-        "--moe-layers",
-        help="the model's MoE layers, e.g. 1-26 (vllm, sglang, numpy: a log with a column "
-        "per decoder layer; the dense layers' columns are skipped)",
-    )
-    p.add_argument(
-        "--model-config",
-        type=Path,
-        help="a checkpoint's config.json (or its folder), whose MoE layers --moe-layers would name",
-    )
-    p.add_argument(
-        "--no-prompt",
-        action="store_true",
-        help="leave out vLLM's prompt_routed_experts (kept by default, before the choice's)",
-    )
-    p.add_argument("--out", type=Path, required=True, help="the trace to write (Parquet)")
-    p.add_argument("--group-rows", type=int, default=1 << 20, help="rows per row group (about)")
-    p = verbs.add_parser("dump", help="a trace back as JSON lines, stream after stream")
-    p.set_defaults(func=cmd_trace_dump)
-    p.add_argument("trace", type=Path)
