@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from moecache import config as configs
+from moecache.config import stages
 from moecache.controller import train
 from moecache.data import corpus
 from moecache.errors import MoecacheError
@@ -227,7 +228,7 @@ def test_a_missing_heads_file_is_one_line():
 def test_smoke_run_trains_evaluates_and_fills_the_tables(smoke_run):
     root = smoke_run / "results" / "controller"
     config = load_yaml(SMOKE)
-    names = [p.split("/")[-1] for p in configs.controller_heads(config["controller"])]
+    names = [p.split("/")[-1] for p in stages.controller_heads(config["controller"])]
     for name in names:
         tensors = load_file(root / "heads" / name)  # safetensors, never a pickle
         assert set(tensors) >= {

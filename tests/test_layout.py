@@ -37,7 +37,6 @@ def test_one_folder_per_rule_file():
         "__init__",
         "__main__",
         "atomic",
-        "config",
         "errors",
         "gpu",
         "intervals",

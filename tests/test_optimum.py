@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies import belady_reference
 
-from moecache.config import MAX_EXPERTS
+from moecache.config.keys import MAX_EXPERTS
 from moecache.errors import MoecacheError
 from moecache.replay.optimum import KINDS, exact_insertions, generate
 

@@ -1,5 +1,6 @@
 # The controller's heads files, sweep folders and their names (moecache.runs), for
 # controller.smk and the accuracy rows that score the heads.
+from moecache.config.stages import controller_heads as heads_of
 from moecache.runs import (
     HEADS_PATTERN,
     POINT_PATTERN,
@@ -15,7 +16,7 @@ CONTROLLER = config.get("controller") or {}
 
 def controller_heads():
     """Every heads file: objective x seed, then the first of each priced at each e."""
-    return configs.controller_heads(CONTROLLER) if CONTROLLER else []
+    return heads_of(CONTROLLER) if CONTROLLER else []
 
 
 def heads_flags(wildcards):

@@ -38,7 +38,7 @@ import time
 import torch
 
 from moecache import gpu
-from moecache.config import run_multipliers
+from moecache.config.keys import run_multipliers
 from moecache.model.memory import DEVICE, HOST, HOST_CLOCK, LEDGER, ring_blocks, slow_link_kind
 
 

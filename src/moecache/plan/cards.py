@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from moecache import config as configs_module
+from moecache.config import keys
 from moecache.errors import MoecacheError
 from moecache.plan import RESERVE_GIB
 from moecache.plan.fit import TooSmall, answer, device_peak, jobs_peak, largest_capacity
@@ -100,7 +101,7 @@ def cards(configs, gibs=()) -> list[tuple[Path, dict, float]]:
 def scaled_multipliers(settings: dict) -> str:
     """The copy multipliers above 1 that the config's runs decode at, or "none"."""
     runs = settings["harness"]["runs"].values()
-    found = {m for run in runs for m in configs_module.run_multipliers(run)}
+    found = {m for run in runs for m in keys.run_multipliers(run)}
     return ", ".join(str(m) for m in sorted(found - {1})) or "none"
 
 

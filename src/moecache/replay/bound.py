@@ -19,7 +19,7 @@ import statistics
 
 import numpy as np
 
-from moecache.config import MAX_EXPERTS
+from moecache.config.keys import MAX_EXPERTS
 from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture, next_requests
 from moecache.records import batch as geometry

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moecache.config import MAX_EXPERTS
+from moecache.config.keys import MAX_EXPERTS
 from moecache.errors import MoecacheError
 
 KINDS = ("uniform", "zipf", "bursty")

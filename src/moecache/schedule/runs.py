@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from moecache.config import run_decodes_shard, run_multipliers, run_shards
+from moecache.config.keys import run_decodes_shard, run_multipliers, run_shards
 from moecache.policies.all_resident import AllResident
 from moecache.runs import RunName
 
