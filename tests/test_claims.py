@@ -22,7 +22,7 @@ from run_records import (
     tuning_log_record,
 )
 
-from moecache.report import claims
+from moecache.report import claim_causes, claims, paper_claims
 
 LRU = 26908  # the issue's shard-a trace at C = 32: LRU's steady copies
 
@@ -124,7 +124,7 @@ def test_replay_claims_answer_at_the_paper_ratio_or_say_why(workdir):
 
 def test_missing_inputs_are_not_run_and_name_what_is_missing(workdir):
     rows = claims.scorecard(workdir)
-    assert [row["key"] for row in rows] == [c.key for c in claims.CLAIMS]
+    assert [row["key"] for row in rows] == [c.key for c in paper_claims.CLAIMS]
     missing = {row["key"]: row for row in rows if row["verdict"] == "not run"}
     assert "ff_vs_lru" not in missing and "ff_vs_bflat" in missing
     assert "no bound at C = 32" in missing["ff_vs_bflat"]["why"]
@@ -278,13 +278,13 @@ OLMOE = {  # config/olmoe.yaml's sections a run's results files stamp
 def test_likely_causes_come_from_the_config_never_typed_in():
     olmoe = yaml.safe_load((REPO / "config/olmoe.yaml").read_text())
     for name, settings in (("olmoe", olmoe), ("stamped", OLMOE)):
-        said = claims.causes(settings)
+        said = claim_causes.causes(settings)
         assert not any("tiny model" in cause for cause in said.values()), name
         assert "restrict_cost" not in said and "dwell_window" not in said
         assert said["controller_t50"] == "the heads train for 500 steps here (controller.steps)"
     embedded = {**OLMOE, "model": {"source": "embedded"}}
-    assert "a tiny model trained here" in claims.causes(embedded)["dwell_window"]
-    assert claims.causes(None) == {}
+    assert "a tiny model trained here" in claim_causes.causes(embedded)["dwell_window"]
+    assert claim_causes.causes(None) == {}
 
 
 def test_the_command_writes_the_scorecard_or_one_line(workdir, tmp_path):
@@ -293,7 +293,7 @@ def test_the_command_writes_the_scorecard_or_one_line(workdir, tmp_path):
     result = moecache("claims", "--workdir", str(workdir), "--out-dir", str(out))
     assert result.returncode == 0, result.stderr
     frame = pd.read_csv(out / "claims.csv", keep_default_na=False)
-    assert list(frame["key"]) == [c.key for c in claims.CLAIMS]
+    assert list(frame["key"]) == [c.key for c in paper_claims.CLAIMS]
     assert "| verdict |" in (out / "claims.md").read_text()
     assert json.loads((out / "claims.sources.json").read_text())["inputs"]
     # A results file that lacks a field: one line, exit 2, nothing written.
@@ -313,7 +313,7 @@ def test_the_smoke_run_builds_the_scorecard(smoke_run):
     """In `all`: one row per claim, every answered row names results files that exist,
     and the smoke run's own rows are answered where it has their inputs."""
     frame = pd.read_csv(smoke_run / "figures/claims.csv", keep_default_na=False)
-    assert list(frame["key"]) == [c.key for c in claims.CLAIMS]
+    assert list(frame["key"]) == [c.key for c in paper_claims.CLAIMS]
     answered = frame[frame["verdict"] != "not run"]
     assert len(answered) >= len(frame) - 4
     for sources in answered["sources"]:

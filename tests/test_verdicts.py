@@ -130,11 +130,11 @@ def test_longer_sequences_move_the_gap_toward_the_controller_or_away(whole, towa
     assert g.toward_controller is toward
 
 
-# Power (report/evidence.py): the numbers the scorecard's undecided verdict is made of.
+# Power (report/power.py): the numbers the scorecard's undecided verdict is made of.
 
 
 def test_a_trend_rises_only_beyond_its_own_noise():
-    from moecache.report.evidence import steps_to_show, t95, trend
+    from moecache.report.power import steps_to_show, t95, trend
 
     assert t95(2) == pytest.approx(4.303, abs=1e-3) and t95(30) == pytest.approx(2.042, abs=1e-3)
     assert trend([0.5, 0.6]) is None  # two steps: no noise to measure
@@ -153,7 +153,7 @@ def test_a_trend_rises_only_beyond_its_own_noise():
 
 
 def test_a_plateau_is_flat_within_a_tenth_of_the_fall_by_its_whole_interval():
-    from moecache.report.evidence import plateau
+    from moecache.report.power import plateau
 
     assert plateau([6.0, 5.9, 5.8, 5.7, 5.6]) is None  # a half of 2 steps
     flat = plateau([5.0 + 0.6**i + 0.003 * (-1) ** i for i in range(40)])
@@ -166,7 +166,7 @@ def test_a_plateau_is_flat_within_a_tenth_of_the_fall_by_its_whole_interval():
 
 
 def test_sizes_that_would_decide():
-    from moecache.report.evidence import (
+    from moecache.report.power import (
         about,
         pairs_to_tell_apart,
         questions_to_clear,

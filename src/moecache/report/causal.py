@@ -202,7 +202,7 @@ def target_calls(study: CausalStudy) -> tuple[list[str], list[str]]:
     'shard C = c: share [low, high]' with, for a straddling one, the sequences at which the
     interval would clear half at this share (an interval narrows as one over the root of
     the sequences)."""
-    from moecache.report.evidence import about, size_to_clear, straddles
+    from moecache.report.power import about, size_to_clear, straddles
 
     below, straddling = [], []
     for shard, by_c in study.best()["rows"].items():

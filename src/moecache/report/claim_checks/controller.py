@@ -6,18 +6,16 @@ from __future__ import annotations
 from moecache.records.controller import HeadsLog
 from moecache.records.io import read_dict
 from moecache.report.evidence import (
-    PLATEAU_SHARE,
     Found,
     Missing,
-    Plateau,
     Results,
-    about,
     joined,
     judged,
     model_why,
     near,
     runs_1x,
 )
+from moecache.report.power import PLATEAU_SHARE, Plateau, about
 from moecache.runs import HeadsName, at_multiplier
 
 

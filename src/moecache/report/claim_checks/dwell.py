@@ -7,17 +7,8 @@ from moecache.intervals import paired_difference
 from moecache.records.io import read_run
 from moecache.records.replay import OptimumSweep
 from moecache.report.claim_checks.replay import gap_share, share_of
-from moecache.report.evidence import (
-    Found,
-    Missing,
-    Results,
-    about,
-    joined,
-    judged,
-    runs_1x,
-    size_to_clear,
-    verdict,
-)
+from moecache.report.evidence import Found, Missing, Results, joined, judged, runs_1x, verdict
+from moecache.report.power import about, size_to_clear
 
 
 def dp_greedy(r: Results) -> Found:

@@ -11,7 +11,6 @@ from moecache.report.evidence import (
     Found,
     Missing,
     Results,
-    about,
     at_capacity,
     joined,
     judged,
@@ -19,8 +18,8 @@ from moecache.report.evidence import (
     near,
     pct,
     runs_1x,
-    whole,
 )
+from moecache.report.power import about, whole
 from moecache.runs import RunName
 
 # ------------------------------------------------------------------------ replay claims

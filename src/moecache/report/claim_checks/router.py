@@ -5,18 +5,8 @@ from __future__ import annotations
 
 from moecache.records.io import read_dict
 from moecache.records.router_tuning import TunedModel, TuningLog
-from moecache.report.evidence import (
-    Found,
-    Missing,
-    Results,
-    Trend,
-    about,
-    joined,
-    judged,
-    near,
-    pct,
-    steps_to_show,
-)
+from moecache.report.evidence import Found, Missing, Results, joined, judged, near, pct
+from moecache.report.power import Trend, about, steps_to_show
 from moecache.report.verdicts.router_tuning import LEARNED_SERIES, SERIES_WORDS, learned_trend
 
 

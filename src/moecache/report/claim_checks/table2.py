@@ -10,17 +10,8 @@ import numpy as np
 from moecache.intervals import paired_difference
 from moecache.records.accuracy import AccuracySummary
 from moecache.records.io import read_dict
-from moecache.report.evidence import (
-    UNDECIDED,
-    Found,
-    Missing,
-    Results,
-    about,
-    joined,
-    judged,
-    pairs_to_tell_apart,
-    questions_to_clear,
-)
+from moecache.report.evidence import UNDECIDED, Found, Missing, Results, joined, judged
+from moecache.report.power import about, pairs_to_tell_apart, questions_to_clear
 
 TABLE2_ORDER = ("free", "oracle-set", "recent-use")
 # Table 2's order pair by pair: (higher, lower, strictly, the paper's gap between them),

@@ -248,52 +248,66 @@ def gpu_check_section(workdir: Path, files: Sequence[Path] = ()) -> str:
             ("seconds for the whole check", fixed(r["seconds"], 0)),
         ]
         for dtype, g in r["gates"].items():
-            if "error" in g:
-                rows.append((f"gates {dtype}", f"raised {g['error']}"))
-                continue
-            low, high = g["throughput_ratio_ci"]
-            failed = "; ".join(g["failures"]).replace("|", "\\|") or "none"
-            rows += [
-                (
-                    f"{dtype}: base NLL, batched NLL",
-                    f"{g['base']['nll']:.5f}, {g['batched_nll']:.5f}",
-                ),
-                (
-                    f"{dtype}: lossless runs' NLL - base NLL (largest)",
-                    small(max(abs(x["nll"] - g["base"]["nll"]) for x in g["runs"].values())),
-                ),
-                (
-                    f"{dtype}: pooled / own block tokens/s",
-                    f"{fixed(g['throughput_ratio_pool_vs_own_block'], 3)} (95% "
-                    f"{fixed(low, 3)}-{fixed(high, 3)})",
-                ),
-                (f"{dtype}: gate failures", failed),
-            ]
-        for dtype, m in r["memory"].items():
-            if "error" not in m:
-                rows.append(
-                    (
-                        f"{dtype}: device bytes held pooled (weights + slots), allocated, "
-                        "allocated - expected",
-                        f"{count(m['held_bytes'])}, {count(m.get('allocated_pooled_bytes'))}, "
-                        f"{count(m.get('allocated_pooled_excess_bytes'))}",
-                    )
-                )
-        for what, b in (("smoke experts", r["bandwidth"]), ("paper layer", r["paper_layer"])):
-            if b and "multipliers" in b:
-                taus = ", ".join(
-                    f"{m}x {sig(row['tau_ms'])} ms ({fixed(row['ratio_to_1x'], 1)}x)"
-                    for m, row in b["multipliers"].items()
-                )
-                rows.append(
-                    (
-                        f"{what}: {count(b['expert_bytes'])} bytes an expert",
-                        f"tau {taus}; per-expert loop {sig(b['loop_gib_per_s'])} GiB/s, one "
-                        f"large copy {sig(b['large_gib_per_s'])} GiB/s",
-                    )
-                )
+            rows += gate_rows(dtype, g)
+        rows += memory_rows(r["memory"]) + copy_rows(r)
         parts.append(table(("measure", "value"), rows))
     return "\n\n".join(parts)
+
+
+def gate_rows(dtype: str, g: dict) -> list[tuple[str, str]]:
+    """One dtype's gates in a GPU check: NLLs, the pooled/own ratio, the failures."""
+    if "error" in g:
+        return [(f"gates {dtype}", f"raised {g['error']}")]
+    low, high = g["throughput_ratio_ci"]
+    failed = "; ".join(g["failures"]).replace("|", "\\|") or "none"
+    return [
+        (
+            f"{dtype}: base NLL, batched NLL",
+            f"{g['base']['nll']:.5f}, {g['batched_nll']:.5f}",
+        ),
+        (
+            f"{dtype}: lossless runs' NLL - base NLL (largest)",
+            small(max(abs(x["nll"] - g["base"]["nll"]) for x in g["runs"].values())),
+        ),
+        (
+            f"{dtype}: pooled / own block tokens/s",
+            f"{fixed(g['throughput_ratio_pool_vs_own_block'], 3)} (95% "
+            f"{fixed(low, 3)}-{fixed(high, 3)})",
+        ),
+        (f"{dtype}: gate failures", failed),
+    ]
+
+
+def memory_rows(memory: dict) -> list[tuple[str, str]]:
+    """The device bytes each dtype's pool held against torch's allocation."""
+    return [
+        (
+            f"{dtype}: device bytes held pooled (weights + slots), allocated, allocated - expected",
+            f"{count(m['held_bytes'])}, {count(m.get('allocated_pooled_bytes'))}, "
+            f"{count(m.get('allocated_pooled_excess_bytes'))}",
+        )
+        for dtype, m in memory.items()
+        if "error" not in m
+    ]
+
+
+def copy_rows(r: dict) -> list[tuple[str, str]]:
+    """Copy time per multiplier, for the smoke experts and the paper-sized layer."""
+    rows = []
+    for what, b in (("smoke experts", r["bandwidth"]), ("paper layer", r["paper_layer"])):
+        if b and "multipliers" in b:
+            taus = ", ".join(
+                f"{m}x {sig(row['tau_ms'])} ms ({fixed(row['ratio_to_1x'], 1)}x)"
+                for m, row in b["multipliers"].items()
+            )
+            rows.append(
+                (
+                    f"{what}: {count(b['expert_bytes'])} bytes an expert",
+                    f"tau {taus}; per-expert loop {sig(b['loop_gib_per_s'])} GiB/s, one "
+                    f"large copy {sig(b['large_gib_per_s'])} GiB/s",
+                )
+            )
+    return rows
 
 
 def runs_section(workdir: Path, shard: str, files: Sequence[Path] | None = None) -> str:

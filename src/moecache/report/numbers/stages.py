@@ -216,30 +216,7 @@ def controller_section(workdir: Path) -> str:
     heads = sorted((workdir / "results/controller/heads").glob("*.safetensors"))
     longer = [workdir / "results/controller/longer"]
     made = tables.table_controller(sweep, [p for p in longer if p.is_dir()], heads)
-    rows = []
-    for _, row in made.parts["seeds"].iterrows():
-        rows.append(
-            (
-                row["objective"],
-                f"{row['threshold']:g}",
-                f"{row['delta_nll']:+.3f} ± {fixed(row['delta_nll_se'], 3)}",
-                fixed(row["copies_per_token"], 2),
-                fixed(row["tokens_between_refreshes"], 1),
-                fixed(row["heads_share_pct"], 1),
-            )
-        )
-    main = made.parts[""]
-    for _, row in main[main["objective"] == ""].iterrows():
-        rows.append(
-            (
-                row["run"],
-                "",
-                f"{row['delta_nll']:+.3f}",
-                fixed(row["copies_per_token"], 2),
-                fixed(row["tokens_between_refreshes"], 1),
-                "",
-            )
-        )
+    rows = controller_rows(made)
     header = (
         "objective / run",
         "threshold",
@@ -266,6 +243,36 @@ def controller_section(workdir: Path) -> str:
             table(("e (nats/ms)", "threshold", "Delta NLL", "copies/token"), priced_rows),
         ]
     return "\n\n".join([*parts, "\n".join(lines)])
+
+
+def controller_rows(made) -> list[tuple[str, ...]]:
+    """The controller table's rows: each objective and threshold's seed mean, then the
+    simple runs it is compared with (the main part's rows without an objective)."""
+    rows = []
+    for _, row in made.parts["seeds"].iterrows():
+        rows.append(
+            (
+                row["objective"],
+                f"{row['threshold']:g}",
+                f"{row['delta_nll']:+.3f} ± {fixed(row['delta_nll_se'], 3)}",
+                fixed(row["copies_per_token"], 2),
+                fixed(row["tokens_between_refreshes"], 1),
+                fixed(row["heads_share_pct"], 1),
+            )
+        )
+    main = made.parts[""]
+    for _, row in main[main["objective"] == ""].iterrows():
+        rows.append(
+            (
+                row["run"],
+                "",
+                f"{row['delta_nll']:+.3f}",
+                fixed(row["copies_per_token"], 2),
+                fixed(row["tokens_between_refreshes"], 1),
+                "",
+            )
+        )
+    return rows
 
 
 def accuracy_section(workdir: Path) -> str:

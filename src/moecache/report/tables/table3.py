@@ -69,24 +69,30 @@ def table3(router=()) -> Table:
         },
         list(router),
         notes,
-        {
-            "own_generations": (
-                f"The same counts on each model's own greedy continuations of the first "
-                f"{base['own_generations']['sequences']} sequences' starts (explanation one: "
-                "the reward sees the model's own generations). NLL there is the model's NLL "
-                "on its own text."
-            ),
-            "simulated_vs_measured": (
-                f"Hit rate of a {capacity}-slot LRU at layer {layer}: the training log's "
-                "(mean of the first and last quarter of the steps, sampled generations), the "
-                "same simulator on greedy continuations of training prompts before and after "
-                "training, and the harness's on held-out text and on the model's own "
-                "continuations (sim_hit_rate_own: the reward's definition, continuation "
-                "tokens only)."
-            ),
-        },
+        part_captions(base, layer, capacity),
         verdicts={"": [verdict_line(v) for v in gap_verdicts(found)]},
     )
+
+
+def part_captions(base: dict, layer: int, capacity: int) -> dict[str, str]:
+    """The captions of Table 3's parts after its first: the counts on the models' own
+    generations, and the simulated hit rates beside the harness's."""
+    return {
+        "own_generations": (
+            f"The same counts on each model's own greedy continuations of the first "
+            f"{base['own_generations']['sequences']} sequences' starts (explanation one: "
+            "the reward sees the model's own generations). NLL there is the model's NLL "
+            "on its own text."
+        ),
+        "simulated_vs_measured": (
+            f"Hit rate of a {capacity}-slot LRU at layer {layer}: the training log's "
+            "(mean of the first and last quarter of the steps, sampled generations), the "
+            "same simulator on greedy continuations of training prompts before and after "
+            "training, and the harness's on held-out text and on the model's own "
+            "continuations (sim_hit_rate_own: the reward's definition, continuation "
+            "tokens only)."
+        ),
+    }
 
 
 def models_of(found: dict) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from moecache.report.evidence import Plateau, plateau
+from moecache.report.power import Plateau, plateau
 
 
 @dataclass(frozen=True)

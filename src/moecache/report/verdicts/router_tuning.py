@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moecache.report.evidence import Trend, trend
+from moecache.report.power import Trend, trend
 
 TUNED = ("hit", "tag", "harness")  # the variants trained for cache hits
 # The per-step series of a variant's training log that shows whether it learned what it
