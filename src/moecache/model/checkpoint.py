@@ -15,6 +15,7 @@ import torch
 
 from moecache.errors import MoecacheError, first_line
 from moecache.model import expert_reader, registry
+from moecache.model.checkpoint_files import checkpoint_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -118,7 +119,7 @@ def load(
         )
     if reading:
         check_only_experts_missing(model, adapter, reading, info["missing_keys"], source)
-        expert_reader.read(model, adapter, quantized.checkpoint_folder(source), reading)
+        expert_reader.read(model, adapter, checkpoint_folder(source), reading)
     quantized.stored_experts(source, config, adapter, model, list(stored_layers))
     return model.to(device).eval()
 

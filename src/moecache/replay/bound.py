@@ -184,24 +184,29 @@ def report_parts(parts, capacity: int, mixed: dict | None = None) -> dict:
             "median_stream_gap": statistics.median(g for g in gaps if g is not None),
             "tightest_order_counts": {o: orders.count(o) for o in ORDERS},
         },
-        "streams": [
-            {
-                "stream": name,
-                "b_flat": int(f),
-                "b_star": int(b),
-                "b_greedy": int(g),
-                "gap": gap,
-                "greedy_optimal": bool(g == b),
-                "integral": o.integral,
-                "certified": o.certified,
-                "tightest_order": order,
-            }
-            for name, f, b, g, gap, order, o in zip(
-                names, flat, best, upper, gaps, orders, result.streams, strict=True
-            )
-        ],
+        "streams": stream_rows(names, flat, best, upper, gaps, orders, result.streams),
         "mixed_precision": None if mixed is None else mixed_totals(rows, shape[0], **mixed),
     }
+
+
+def stream_rows(names, flat, best, upper, gaps, orders, optima) -> list[dict]:
+    """Each stream's bounds: B_flat, B* and greedy's copies, their gap, and the LP's say."""
+    return [
+        {
+            "stream": name,
+            "b_flat": int(f),
+            "b_star": int(b),
+            "b_greedy": int(g),
+            "gap": gap,
+            "greedy_optimal": bool(g == b),
+            "integral": o.integral,
+            "certified": o.certified,
+            "tightest_order": order,
+        }
+        for name, f, b, g, gap, order, o in zip(
+            names, flat, best, upper, gaps, orders, optima, strict=True
+        )
+    ]
 
 
 def exact(demand: Demand, capacity: int) -> np.ndarray:

@@ -167,6 +167,32 @@ def replayed(demand: Demand, text: str, capacity: int) -> Counts:
     return run(demand, make_rule(text, demand, capacity))
 
 
+def rule_report(c: Counts, names, lengths, timed: int, lru, oracle) -> dict:
+    """One rule's totals (copies per timed token, the share of LRU's gap to the oracle it
+    closes) and its counts per stream."""
+    totals = {
+        "insertions": int(c.insertions.sum()),
+        "fills": int(c.fills.sum()),
+        "steady": int(c.steady.sum()),
+        "after_fill": int(c.after_fill.sum()),
+        "copies_per_token": float(c.steady.sum() / timed) if timed else None,
+        "gap_recovered": gap_recovered(lru, oracle, c.after_fill.sum()),
+    }
+    rows = zip(names, lengths, c.insertions, c.fills, c.steady, c.after_fill, strict=True)
+    streams = [
+        {
+            "stream": name,
+            "tokens": int(n),
+            "insertions": int(i),
+            "fills": int(f),
+            "steady": int(s),
+            "after_fill": int(a),
+        }
+        for name, n, i, f, s, a in rows
+    ]
+    return {"totals": totals, "streams": streams}
+
+
 def report_parts(
     parts, capacity: int, rules: list[str] | None = None, progress=None, replay=replayed, timed=None
 ) -> dict:
@@ -198,38 +224,7 @@ def report_parts(
     if timed is None:
         first = dict(zip(sequences, lengths.tolist(), strict=True))
         timed = sum(n - 1 for n in first.values())
-    out = {}
-    for text in rules:
-        c = counts[text]
-        out[text] = {
-            "totals": {
-                "insertions": int(c.insertions.sum()),
-                "fills": int(c.fills.sum()),
-                "steady": int(c.steady.sum()),
-                "after_fill": int(c.after_fill.sum()),
-                "copies_per_token": float(c.steady.sum() / timed) if timed else None,
-                "gap_recovered": gap_recovered(lru, oracle, c.after_fill.sum()),
-            },
-            "streams": [
-                {
-                    "stream": name,
-                    "tokens": int(n),
-                    "insertions": int(i),
-                    "fills": int(f),
-                    "steady": int(s),
-                    "after_fill": int(a),
-                }
-                for name, n, i, f, s, a in zip(
-                    names,
-                    lengths,
-                    c.insertions,
-                    c.fills,
-                    c.steady,
-                    c.after_fill,
-                    strict=True,
-                )
-            ],
-        }
+    out = {text: rule_report(counts[text], names, lengths, timed, lru, oracle) for text in rules}
     return {
         "capacity": capacity,
         "experts": shape[0],

@@ -165,6 +165,14 @@ def gaps(requests: np.ndarray) -> Gaps:
 # -- the LP -----------------------------------------------------------------------------
 
 
+def dual_bound(g, y, room, weight, offset: float) -> float:
+    """The least cost bounded from below: for any y >= 0, what bridging saves is at most
+    sum_t room_t y_t + sum_g max(0, w_g - y(g)) (the LP's dual, y its row duals)."""
+    y = np.maximum(y, 0.0)
+    y_span = _span_sums(g, y, per_gap=True)
+    return offset - float(room @ y + np.maximum(weight - y_span, 0.0).sum())
+
+
 def solve_stream(
     requests,
     num_experts: int,
@@ -204,10 +212,7 @@ def solve_stream(
         cost = offset - float(weight @ x)
     copies = g.distinct + int((~bridged).sum())
 
-    # Dual bound: for any y >= 0, saved <= sum_t room_t y_t + sum_g max(0, w_g - y(g)).
-    y = np.maximum(y, 0.0)
-    y_span = _span_sums(g, y, per_gap=True)
-    lower = offset - float(room @ y + np.maximum(weight - y_span, 0.0).sum())
+    lower = dual_bound(g, y, room, weight, offset)
     certified = cost - lower <= _CERTIFY_TOL * max(1.0, abs(cost))
     return StreamOptimum(
         cost=cost,

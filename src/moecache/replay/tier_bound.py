@@ -174,19 +174,7 @@ def solve_stream(
     spans = [(token[i - 1] + 1, token[i]) for i in gap_end]  # tokens strictly inside
     capacity_rows(prog, token, a, spans, x, len(stream), capacity)
     if host is not None:
-        z = prog.columns(count, prices.read)
-        y = prog.columns(len(gap_end), -prices.read)
-        before = {int(i): g for g, i in enumerate(gap_end)}
-        for i in range(count):
-            g = before.get(i)
-            if g is None:
-                prog.row([(z[i], 1)], low=1)  # a first use: copied or computed, read in
-                continue
-            prog.row([(z[i], 1), (x[g], 1)], low=1)
-            prog.row([(z[i], 1), (y[g], -1), (x[g], 1)], high=1)
-            prog.row([(y[g], 1), (z[i - 1], -1)], high=0)
-            prog.row([(y[g], 1), (z[i], -1)], high=0)
-        capacity_rows(prog, token, z, spans, y, len(stream), host)
+        z, y = host_rows(prog, prices, token, x, gap_end, spans, len(stream), host)
     offset = prices.compute * count
     relaxation = prog.solve(offset, integer=False)[0]
     values = None
@@ -208,6 +196,27 @@ def solve_stream(
         certified=bool(certified),
         seconds=time.perf_counter() - begin,
     )
+
+
+def host_rows(prog, prices: Prices, token, x, gap_end, spans, tokens: int, host: int):
+    """The host tier's columns and rows: z_i, use i read into host memory (a first use is
+    read in, copied or computed), y_g, gap g kept in host memory between its two uses (both
+    read), at most H experts kept at each token. Returns (z, y)."""
+    count = len(token)
+    z = prog.columns(count, prices.read)
+    y = prog.columns(len(gap_end), -prices.read)
+    before = {int(i): g for g, i in enumerate(gap_end)}
+    for i in range(count):
+        g = before.get(i)
+        if g is None:
+            prog.row([(z[i], 1)], low=1)  # a first use: copied or computed, read in
+            continue
+        prog.row([(z[i], 1), (x[g], 1)], low=1)
+        prog.row([(z[i], 1), (y[g], -1), (x[g], 1)], high=1)
+        prog.row([(y[g], 1), (z[i - 1], -1)], high=0)
+        prog.row([(y[g], 1), (z[i], -1)], high=0)
+    capacity_rows(prog, token, z, spans, y, tokens, host)
+    return z, y
 
 
 def started(start, expert, token, gap_end, with_host: bool, bypass: bool) -> np.ndarray:
