@@ -14,7 +14,7 @@ from run_records import bandwidth_record, run_record
 
 from moecache.costs import equation
 from moecache.errors import MoecacheError
-from moecache.harness import decode
+from moecache.harness import decode_totals
 from moecache.report import choose, tables
 
 TAU1, TAU10 = 0.5, 5.0  # ms per copy at 1x and through the link 10x slower
@@ -51,7 +51,7 @@ def run_report(run, policy, c, n, tau, multiplier=1, rho=None, noise=0.0, seed=0
                 "nll": 5.0,
             }
         )
-    totals = {**decode.totals(rows), "delta_nll": delta_nll}  # as the harness totals them
+    totals = {**decode_totals.totals(rows), "delta_nll": delta_nll}  # as the harness totals them
     return run_record(
         run=run,
         policy=policy,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from moecache import gpu
-from moecache.harness import batched, copy_engine, decode, gates, placement
+from moecache.harness import batched, copy_engine, decode, gates, nll, placement
 from moecache.harness.overlapped_block import overlapped
 from moecache.harness.pool import slot_experts
 from moecache.harness.union_block import UnionBlock
@@ -164,13 +164,13 @@ def test_the_gates_give_back_the_slots_before_the_whole_sequence_check(monkeypat
     model = random_model(PER_EXPERT)
     placement.offload_experts(model, LAYERS, "cpu")
     held = {}
-    evaluate = decode.batched_nll
+    evaluate = nll.batched_nll
 
     def watched(*args):
         gc.collect()
         held.update(LEDGER.held[memory.DEVICE])
         return evaluate(*args)
 
-    monkeypatch.setattr(decode, "batched_nll", watched)
+    monkeypatch.setattr(nll, "batched_nll", watched)
     gates.run(model, SEQUENCES, harness(6))
     assert "slots" not in held and held  # the weights are there, the slots are not

@@ -192,7 +192,7 @@ def test_the_plan_predicts_the_bytes_the_harness_holds(saved):
     assert predicted["slot_bytes"] == held["slot_bytes"]
     assert predicted["pinned_host_bytes"] == held["offloaded_expert_bytes"]
     # The GPU check's account of the same (run here on the CPU) says it matches.
-    from moecache.harness.gpu_check import pooled_memory
+    from moecache.harness.pooled_memory import pooled_memory
 
     memory = pooled_memory(model, LAYERS, CAPACITY, "cpu", 1)
     assert memory["plan_matches"] and memory["planned_held_bytes"] == predicted["held_bytes"]

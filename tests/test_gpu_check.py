@@ -13,7 +13,15 @@ from conftest import REPO, SMOKE, load_yaml, moecache
 
 from moecache import provenance
 from moecache.errors import MoecacheError
-from moecache.harness import decode, gates, gpu_check, paper_check
+from moecache.harness import (
+    check_models,
+    check_parts,
+    check_sizes,
+    gates,
+    gpu_check,
+    nll,
+    paper_check,
+)
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 
@@ -50,7 +58,7 @@ def test_run_refuses_before_measuring(tmp_path, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("measured without CUDA")
 
-    monkeypatch.setattr(gpu_check, "measure_device", never)
+    monkeypatch.setattr(check_parts, "measure_device", never)
     with pytest.raises(MoecacheError, match="^no CUDA device"):
         gpu_check.run(tmp_path / "x.json", "cuda:0")
     assert list(tmp_path.iterdir()) == []
@@ -64,8 +72,8 @@ def test_make_target():
 
 
 def test_paper_layer_is_seeded_and_shaped():
-    a = gpu_check.paper_experts({**gpu_check.PAPER_LAYER, **TINY_PAPER}, seed=3)
-    b = gpu_check.paper_experts({**gpu_check.PAPER_LAYER, **TINY_PAPER}, seed=3)
+    a = check_models.paper_experts({**check_sizes.PAPER_LAYER, **TINY_PAPER}, seed=3)
+    b = check_models.paper_experts({**check_sizes.PAPER_LAYER, **TINY_PAPER}, seed=3)
     assert a.gate_up_proj.shape == (16, 64, 64) and a.down_proj.shape == (16, 64, 32)
     assert a.gate_up_proj.dtype == a.down_proj.dtype == torch.bfloat16
     assert a.gate_up_proj.device.type == "cpu"
@@ -75,7 +83,7 @@ def test_paper_layer_is_seeded_and_shaped():
 
 def test_measure_device_on_the_cpu(tmp_path):
     lines = []
-    report, settings = gpu_check.measure_device(
+    report, settings = check_parts.measure_device(
         "cpu",
         sequences=2,
         tokens=12,
@@ -97,7 +105,7 @@ def test_measure_device_on_the_cpu(tmp_path):
     paper = report["paper_models"]["olmoe"]
     assert set(paper["memory"]) == {"gates", "decode"} and set(paper["overlap"]) == {"1", "10"}
     assert settings["paper_models"]["models"]["olmoe"]["layers"] == 4
-    assert settings["budget_s"] == gpu_check.BUDGET_S
+    assert settings["budget_s"] == check_sizes.BUDGET_S
     assert any(line.startswith("  olmoe x10 ms/token: lru ") for line in lines)
     # Another family's tiny model through the same gates, exact in float32.
     assert set(report["families"]["qwen3_moe"]) == {"float32", "bfloat16"}
@@ -126,7 +134,7 @@ def test_measure_device_on_the_cpu(tmp_path):
         assert held["offloaded_expert_bytes"] == 2 * arch["num_experts"] * expert * size
         assert held["slot_bytes"] == 2 * 8 * expert * size
         assert held["held_bytes"] == held["weights_bytes"] + held["slot_bytes"]
-    assert settings["harness"]["device"] == "cpu" and settings["seed"] == gpu_check.SEED
+    assert settings["harness"]["device"] == "cpu" and settings["seed"] == check_sizes.SEED
     assert any("paper layer" in line for line in lines)
     # One results file, with the copy figures a device row of Table 1 reads.
     out = tmp_path / "gpu-check" / "cpu.json"
@@ -144,11 +152,11 @@ def test_measure_device_on_the_cpu(tmp_path):
 
 def test_the_smoke_settings_come_from_the_smoke_config():
     smoke = load_yaml(SMOKE)
-    sizes = gpu_check.smoke_sizes("cpu")
+    sizes = check_sizes.smoke_sizes("cpu")
     assert sizes.arch == smoke["model"]["architecture"]
     assert sizes.vocab == smoke["tokenizer"]["vocab_size"]
     assert sizes.experts_implementation == smoke["model"]["experts_implementation"]
-    for key in gpu_check.SMOKE_HARNESS_KEYS:
+    for key in check_sizes.SMOKE_HARNESS_KEYS:
         assert sizes.harness[key] == smoke["harness"][key]
     assert sizes.harness["min_throughput_ratio"] == gates.MIN_THROUGHPUT_RATIO  # a GPU's floor
     assert sizes.harness["device"] == "cpu"
@@ -158,7 +166,7 @@ def test_a_failed_gate_is_written_then_refused_naming_it(tmp_path, monkeypatch):
     """A gate forced to fail (a negative tolerance, so that even an exact NLL is over it):
     the results file is written, then one line names the model, the dtype and the gate."""
     monkeypatch.setattr(gates, "POOL_TOLERANCE", -1.0)
-    report, settings = gpu_check.measure_device(
+    report, settings = check_parts.measure_device(
         "cpu",
         sequences=1,
         tokens=8,
@@ -196,10 +204,10 @@ def test_a_failed_gate_is_written_then_refused_naming_it(tmp_path, monkeypatch):
 def test_a_lower_precision_is_held_to_its_own_rounding():
     """bfloat16's tolerance is twice how far its rounding moves the batched NLL from the
     same weights in float32, never below float32's; a gap past it still fails the gate."""
-    held = gpu_check.rounding_tolerance(8.7645, 8.7698)
+    held = check_parts.rounding_tolerance(8.7645, 8.7698)
     assert held["rounding_nll"] == pytest.approx(5.3e-3)
     assert held["batched_tolerance"] == pytest.approx(1.06e-2)
-    assert gpu_check.rounding_tolerance(8.7, 8.7)["batched_tolerance"] == gates.BATCHED_TOLERANCE
+    assert check_parts.rounding_tolerance(8.7, 8.7)["batched_tolerance"] == gates.BATCHED_TOLERANCE
     report = {
         "base": {"nll": 8.7645 + 0.02},
         "batched_nll": 8.7645,
@@ -217,21 +225,21 @@ def test_a_lower_precision_is_held_to_its_own_rounding():
 def test_the_bfloat16_tolerance_is_measured_on_the_same_model():
     """On the smoke model in bfloat16 the derived tolerance passes its own teacher-forced
     NLL and stays below what one wrong expert does to the NLL (a real discrepancy)."""
-    sizes = gpu_check.smoke_sizes("cpu", tokens=32)
-    model = gpu_check.smoke_model(sizes.arch, sizes.vocab, 0).to(torch.bfloat16)
-    ids = gpu_check.smoke_sequences(sizes.vocab, 2, 32, 0)
+    sizes = check_sizes.smoke_sizes("cpu", tokens=32)
+    model = check_models.smoke_model(sizes.arch, sizes.vocab, 0).to(torch.bfloat16)
+    ids = check_models.smoke_sequences(sizes.vocab, 2, 32, 0)
     with torch.inference_mode():
-        batched = decode.batched_nll(model, ids, "cpu")
-        exact = decode.batched_nll(gpu_check.float32_copy(model), ids, "cpu")
-        tolerance = gpu_check.rounding_tolerance(batched, exact)["batched_tolerance"]
+        batched = nll.batched_nll(model, ids, "cpu")
+        exact = nll.batched_nll(check_models.float32_copy(model), ids, "cpu")
+        tolerance = check_parts.rounding_tolerance(batched, exact)["batched_tolerance"]
         experts = model.model.layers[1].mlp.experts
         experts.down_proj.data = experts.down_proj.data.roll(1, dims=0)  # expert e computes e-1
-        wrong = decode.batched_nll(model, ids, "cpu")
+        wrong = nll.batched_nll(model, ids, "cpu")
     assert gates.BATCHED_TOLERANCE <= tolerance < abs(wrong - batched)
 
 
 def test_a_part_past_the_budget_is_skipped_and_said_so(tmp_path):
-    parts = gpu_check.Parts("cpu", lambda line: None, budget_s=100)
+    parts = check_parts.Parts("cpu", lambda line: None, budget_s=100)
     assert parts.step("quick", lambda: 1, estimate_s=50) == 1
     assert parts.step("long", lambda: pytest.fail("ran past the budget"), estimate_s=200) is None
     assert parts.skipped["long"].startswith("skipped: ")
@@ -240,7 +248,7 @@ def test_a_part_past_the_budget_is_skipped_and_said_so(tmp_path):
     assert parts.errors == {}
     # With no time at all every part is skipped; the file says which, and that is no failure.
     lines = []
-    report, settings = gpu_check.measure_device(
+    report, settings = check_parts.measure_device(
         "cpu",
         sequences=1,
         tokens=8,

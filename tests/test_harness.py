@@ -14,7 +14,7 @@ from run_records import gates_record
 
 from moecache.data import corpus
 from moecache.errors import MoecacheError
-from moecache.harness import bandwidth, decode, gates, timing
+from moecache.harness import bandwidth, decode, decode_totals, gates, timing
 from moecache.harness import link as link_module
 from moecache.harness import pool as pool_module
 from moecache.harness.link import SlowLink
@@ -174,7 +174,7 @@ def test_interleaved_counts_repeat_and_match_one_arm_alone(smoke):
         )
     # A run at a multiplier may decode the first sequences only: the same copies there.
     assert [row["sequence"] for row in alone["dwell-4-x10"]["sequences"]] == [0, 1]
-    first_two = decode.totals(alone["dwell-4"]["sequences"][:2])
+    first_two = decode_totals.totals(alone["dwell-4"]["sequences"][:2])
     assert alone["dwell-4-x10"]["totals"]["timed_copies"] == first_two["timed_copies"]
     counts = {n: (r["totals"]["fills"], r["totals"]["steady_copies"]) for n, r in together.items()}
     assert counts["dwell-4"] == (

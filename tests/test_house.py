@@ -1,10 +1,11 @@
 """The import house: every module of src/moecache sits in a room on a floor, and imports run down.
 
 Rooms are the top-level packages and modules of the package, each room's floor declared
-below and every folder of the package a room; the `cli` package (a module per stage's
+below and every top-level folder of the package a room; the `cli` package (a module per stage's
 commands) and `__main__.py` form the room "cli" on the top floor, and no module below it
 holds argparse or a `commands.py`. Imports inside functions count like the others. Each
-failure lists its arrows as `module -> imported module`.
+failure lists its arrows as `module -> imported module`. No module passes 400 lines and no
+function 60.
 """
 
 import ast
@@ -217,3 +218,22 @@ def test_records_import_no_torch():
     records = sorted((PACKAGE / "records").rglob("*.py"))
     bad = [(module_name(p), "torch") for p in records if "torch" in imported_names(p)]
     assert not bad, "records import torch:\n" + listed(bad)
+
+
+MODULE_LINES, FUNCTION_LINES = 400, 60  # a module one can read through; a function one screen
+
+
+def test_no_module_or_function_is_over_the_house_limits():
+    """Every module at most MODULE_LINES lines and every function at most FUNCTION_LINES
+    (its def line to its last, docstring included)."""
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > MODULE_LINES:
+            long.append(f"  {module_name(path)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > FUNCTION_LINES:
+                    long.append(f"  {module_name(path)}.{node.name}: {lines} lines")
+    assert not long, "over the house's limits:\n" + "\n".join(long)

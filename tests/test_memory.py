@@ -20,7 +20,7 @@ from conftest import REPO, load_yaml
 
 from moecache import config as configs
 from moecache import gpu
-from moecache.harness import decode, gates, jobs, placement, runs
+from moecache.harness import gates, jobs, nll, placement, runs
 from moecache.model import checkpoint, memory, registry, tiny
 from moecache.model.memory import LEDGER
 from moecache.schedule import plan
@@ -206,13 +206,13 @@ def test_staged_own_blocks_give_the_models_own_nll_one_layer_at_a_time(smoke_con
     arch = smoke_config["model"]["architecture"]
     model = tiny.model("olmoe", arch, 64, seed=0)
     sequences = [list(range(1, 20)), list(range(5, 30))]
-    before = decode.batched_nll_sums(model, sequences, "cpu")
+    before = nll.batched_nll_sums(model, sequences, "cpu")
     LEDGER.reset()
     layers = [1, 2]
     placement.offload_experts(model, layers, "cpu", stage=True)
     experts = registry.of(model).layer_experts(model, 1)
     one_layer = memory.tensor_bytes(experts.parameters())
-    assert decode.batched_nll_sums(model, sequences, "cpu") == before
+    assert nll.batched_nll_sums(model, sequences, "cpu") == before
     # One staging buffer for both layers (beside the check's logits and KV cache).
     assert LEDGER.peak_parts[memory.DEVICE]["staging"] == one_layer
     assert all(p.device.type == "cpu" for p in experts.parameters())  # back on the host
@@ -241,7 +241,7 @@ def test_the_nll_check_and_kv_cache_are_counted_as_the_plan_sizes_them(family, d
     tokens = 11
     gc.collect()
     LEDGER.reset()
-    decode.batched_nll_sums(model, [list(range(1, tokens + 1))], "cpu")
+    nll.batched_nll_sums(model, [list(range(1, tokens + 1))], "cpu")
     parts = LEDGER.peak_parts[memory.DEVICE]
     assert parts["nll check"] == memory.nll_check_bytes(tokens, 64, element)
     kv = plan.kv_bytes_per_token(model.config, element) * tokens

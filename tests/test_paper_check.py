@@ -13,7 +13,7 @@ import pytest
 from safetensors import safe_open
 
 from moecache.errors import MoecacheError
-from moecache.harness import gpu_check, paper_check, runs
+from moecache.harness import check_parts, check_sizes, gpu_check, paper_check, runs
 from moecache.harness.check_models import paper_checkpoint
 from moecache.model import checkpoint
 from moecache.schedule import plan
@@ -52,7 +52,7 @@ def test_the_models_have_the_checkpoints_shapes_cut_to_a_few_layers(tmp_path):
     oss = paper_check.checkpoint_config(paper_check.PAPER_MODELS["gpt_oss"])
     assert (oss.hidden_size, oss.intermediate_size, oss.num_local_experts) == (2880, 2880, 32)
     assert oss.num_hidden_layers == len(oss.layer_types) == 2
-    pace, expert = gpu_check.PAPER_PACE, {}
+    pace, expert = check_sizes.PAPER_PACE, {}
     for name, config in (("olmoe", olmoe), ("gpt_oss", oss)):
         model = paper_check.PAPER_MODELS[name]
         settings = paper_check.paper_settings(model, config, tmp_path, "cuda", pace)
@@ -181,7 +181,7 @@ def test_a_stage_that_raises_is_recorded_and_the_others_kept(monkeypatch):
         raise RuntimeError("copy stream lost")
 
     monkeypatch.setattr(runs, "decode_runs", broken)
-    parts = gpu_check.Parts("cpu", lambda line: None)
+    parts = check_parts.Parts("cpu", lambda line: None)
     report = paper_check.measure(
         "olmoe", TINY_MODELS["olmoe"], "cpu", PACE, 0, lambda line: None, parts.step
     )

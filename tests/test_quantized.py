@@ -23,7 +23,7 @@ import torch
 from safetensors import safe_open
 
 from moecache.errors import MoecacheError
-from moecache.harness import decode, gates, placement
+from moecache.harness import decode, gates, nll, placement
 from moecache.model import checkpoint, quantized, registry, tiny, tiny_quantized
 from moecache.schedule import plan
 
@@ -191,7 +191,7 @@ def test_the_gates_pass_and_equal_transformers_dequantized_nll(saved):
     family, folder = saved
     report = gates.run(load(family, folder), sequences(), HARNESS)
     assert gates.failures(report) == []
-    theirs = decode.batched_nll(reference(folder), sequences(), "cpu")
+    theirs = nll.batched_nll(reference(folder), sequences(), "cpu")
     assert report["base"]["nll"] == pytest.approx(theirs, abs=gates.BATCHED_TOLERANCE)
     for name, run in report["runs"].items():
         assert run["nll"] == pytest.approx(theirs, abs=gates.BATCHED_TOLERANCE), name

@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_router_tuning import EXPERTS, TOP_K, tiny_model
 
-from moecache.costs import equation
+from moecache.costs import tier_equation
 from moecache.errors import MoecacheError
 from moecache.harness import disk_pool, tier_record, tier_runs
 from moecache.harness.pool import HostExperts
@@ -108,11 +108,11 @@ def test_the_report_predicts_each_arm_with_the_tier_equation(measured):
     timed = record["run_prices"]
     for row in record["admissions"].values():
         extra = row["bookkeeping_ms_per_token"] - record["resident"]["bookkeeping_ms_per_token"]
-        expected = equation.tier_ms_per_token(c, record["tokens"], row, timed, extra)
+        expected = tier_equation.tier_ms_per_token(c, record["tokens"], row, timed, extra)
         assert row["predicted_ms_per_token"] == pytest.approx(expected)
         assert row["ratio"] == pytest.approx(expected / row["ms_per_token"])
         assert row["within_10pct"] == (abs(row["ratio"] - 1) <= 0.10)
-        beside = equation.tier_ms_per_token(c, record["tokens"], row, apart, extra)
+        beside = tier_equation.tier_ms_per_token(c, record["tokens"], row, apart, extra)
         assert row["predicted_from_prices_apart_ms_per_token"] == pytest.approx(beside)
         assert sum(r["reads"] for r in row["streams"]) == row["reads"]
         low, high = row["ms_per_token_ci"]
@@ -160,18 +160,18 @@ def test_the_check_fails_when_an_arm_is_not_within(measured):
 def test_the_tier_equation_adds_a_term_per_tier():
     prices = {"host_to_device_ms": 0.5, "disk_to_host_ms": 5.0, "host_compute_ms": 0.3}
     counts = {"copies": 10, "reads": 4, "computes": 6}
-    assert equation.tier_ms_per_token(2.0, 10, counts, prices) == pytest.approx(
+    assert tier_equation.tier_ms_per_token(2.0, 10, counts, prices) == pytest.approx(
         2.0 + (10 * 0.5 + 4 * 5.0 + 6 * 0.3) / 10
     )
     prices["device_compute_ms"] = 0.1  # a computed miss saves the device's own matvec
-    assert equation.tier_ms_per_token(2.0, 10, counts, prices) == pytest.approx(
+    assert tier_equation.tier_ms_per_token(2.0, 10, counts, prices) == pytest.approx(
         2.0 + (10 * 0.5 + 4 * 5.0 + 6 * 0.2) / 10
     )
-    assert equation.tier_ms_per_token(2.0, 10, counts, prices, 0.4) == pytest.approx(
+    assert tier_equation.tier_ms_per_token(2.0, 10, counts, prices, 0.4) == pytest.approx(
         2.4 + (10 * 0.5 + 4 * 5.0 + 6 * 0.2) / 10
     )
     with pytest.raises(MoecacheError, match="at least one token"):
-        equation.tier_ms_per_token(2.0, 0, counts, prices)
+        tier_equation.tier_ms_per_token(2.0, 0, counts, prices)
 
 
 @pytest.fixture

@@ -177,15 +177,7 @@ def docs_continuation_questions(
     a document once all its offsets are used), at distinct offsets within a document, so
     `n` may exceed the number of documents.
     """
-    if distractors not in DISTRACTORS:
-        raise MoecacheError(
-            f"docs questions: distractors {distractors!r} not one of {', '.join(DISTRACTORS)}"
-        )
-    if n < 0 or context_words < 1 or continuation_words < 1 or choices < 2:
-        raise MoecacheError(
-            f"docs questions: need n >= 0, context/continuation words >= 1 and choices >= 2, "
-            f"got n={n}, {context_words}, {continuation_words}, choices={choices}"
-        )
+    _check_docs_request(n, context_words, continuation_words, choices, distractors)
     words = [str(doc["text"]).split() for doc in docs]
     length = context_words + continuation_words
     pool = [i for i, w in enumerate(words) if len(w) >= continuation_words]
@@ -202,17 +194,9 @@ def docs_continuation_questions(
             f"passages (offsets) of {length} words"
         )
     rng = random.Random(seed)
-    order = rng.sample(sources, len(sources))
-    passages, uses = [], dict.fromkeys(order, 0)  # (document, its how-manieth passage)
-    while len(passages) < n:
-        for i in order:
-            if uses[i] < room[i] and len(passages) < n:
-                passages.append((i, uses[i]))
-                uses[i] += 1
-    offsets = {i: rng.sample(range(room[i]), uses[i]) for i in order}
     rows = []
-    for k, (i, use) in enumerate(passages):
-        start = offsets[i][use]
+    # Every passage's offset is drawn before any distractor: the seeded stream's order.
+    for k, (i, start) in enumerate(_passage_starts(rng, sources, room, n)):
         answer = _span(words[i], start + context_words, continuation_words)
         if distractors == "reordered":
             others = _reorders(rng, answer, choices - 1)
@@ -230,6 +214,34 @@ def docs_continuation_questions(
             }
         )
     return rows
+
+
+def _check_docs_request(n, context_words, continuation_words, choices, distractors) -> None:
+    """One line on a request no questions can answer, before any document is read."""
+    if distractors not in DISTRACTORS:
+        raise MoecacheError(
+            f"docs questions: distractors {distractors!r} not one of {', '.join(DISTRACTORS)}"
+        )
+    if n < 0 or context_words < 1 or continuation_words < 1 or choices < 2:
+        raise MoecacheError(
+            f"docs questions: need n >= 0, context/continuation words >= 1 and choices >= 2, "
+            f"got n={n}, {context_words}, {continuation_words}, choices={choices}"
+        )
+
+
+def _passage_starts(rng, sources: list[int], room: dict, n: int) -> list[tuple[int, int]]:
+    """`n` passages as (document, start word): round-robin over `sources` in a seeded
+    order, a document skipped once its `room` offsets are used, distinct offsets within
+    one document."""
+    order = rng.sample(sources, len(sources))
+    passages, uses = [], dict.fromkeys(order, 0)  # (document, its how-manieth passage)
+    while len(passages) < n:
+        for i in order:
+            if uses[i] < room[i] and len(passages) < n:
+                passages.append((i, uses[i]))
+                uses[i] += 1
+    offsets = {i: rng.sample(range(room[i]), uses[i]) for i in order}
+    return [(i, offsets[i][use]) for i, use in passages]
 
 
 def task_config(name: str, data: Path, kind: str) -> dict:

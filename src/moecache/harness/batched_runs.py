@@ -22,7 +22,7 @@ import numpy as np
 
 from moecache import provenance
 from moecache.errors import MoecacheError
-from moecache.harness import batched, continuous, decode, gates, link
+from moecache.harness import batched, continuous, decode, decode_totals, gates, link, nll
 from moecache.harness.union_block import UnionBlock
 from moecache.intervals import bootstrap_ratio
 from moecache.model.memory import ring_mib
@@ -105,7 +105,7 @@ def decode_shapes(settings, model, sequences, trace_path, planned: list) -> dict
         for shape, group in planned:
             cut_sequences = cut(sequences, config["tokens"], shape.prefill)
             futures = futures_of(recorded, cut_sequences)
-            base_sums = decode.batched_nll_sums(model, cut_sequences, device)
+            base_sums = nll.batched_nll_sums(model, cut_sequences, device)
             for name in group:
                 make = batched.policy_factory(
                     runs[name],
@@ -255,7 +255,7 @@ def decode_batched(
         decode.use(model, decode.Arm("own", {}), own)
     for row in seq_rows:
         row["nll"] = row["nll_sum"] / row["scored"]
-    totals = decode.totals(batch_rows, 1, seed)
+    totals = decode_totals.totals(batch_rows, 1, seed)
     if prefill:  # the prefill's copies and seconds, apart from decoding's
         for key in ("prefill_copies", "prefill_rounds", "prefill_seconds"):
             totals[key] = sum(row[key] for row in batch_rows)

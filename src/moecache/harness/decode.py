@@ -7,7 +7,8 @@ decoded by every arm before the next sequence starts, in an order shuffled per s
 sequence and token-weighted), tokens/s with a 95% interval over the sequences, copies,
 copy time and compute time; a global warm-up per arm and each sequence's first token are
 left out of the timing. With `repeats` > 1 every sequence is timed that many times per arm
-(the median is kept); counts must come out identical each time.
+(the median is kept); counts must come out identical each time. A sequence's row and an
+arm's totals are decode_totals.py's; the whole-sequence NLL check is nll.py's.
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ from tqdm import tqdm
 
 from moecache import gpu, policies
 from moecache.errors import MoecacheError
-from moecache.harness import overlap, placement
+from moecache.harness import placement
+from moecache.harness.decode_totals import sequence_row, totals
 from moecache.harness.link import SlowLink
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.pooled_block import PooledMoeBlock
 from moecache.harness.timing import Stopwatch
-from moecache.intervals import bootstrap_ratio
 from moecache.model import memory, registry
-from moecache.model.memory import DEVICE, LEDGER
 
 
 @dataclass
@@ -175,36 +175,6 @@ def use(model, arm: Arm, own: dict) -> None:
         adapter.set_block(model, layer, arm.blocks.get(layer, mlp))
 
 
-def next_token_nll_sum(logits: torch.Tensor, x: torch.Tensor) -> float:
-    """Summed next-token NLL of one sequence `x` [1, T] from its logits [1, T, V]: the
-    float32 scores and their log-probabilities counted by the accountant while alive (what
-    cross_entropy computes, in the same kernels, so the same value to the bit)."""
-    scores = logits[0, :-1].float()
-    if scores.untyped_storage().data_ptr() != logits.untyped_storage().data_ptr():
-        LEDGER.adopt("nll check", DEVICE, scores)  # a copy, unless the logits are float32
-    log_probs = LEDGER.adopt("nll check", DEVICE, torch.log_softmax(scores, -1))
-    return torch.nn.functional.nll_loss(log_probs, x[0, 1:], reduction="sum").item()
-
-
-@torch.inference_mode()
-def batched_nll_sums(model, sequences, device) -> list[float]:
-    """The independent check: each whole sequence in one forward pass, its summed NLL; its
-    logits and KV cache counted by the accountant while alive."""
-    sums = []
-    for ids in sequences:
-        x = torch.tensor([ids], device=device)
-        out = model(input_ids=x)
-        LEDGER.adopt("nll check", DEVICE, out.logits)
-        memory.count_cache(out.past_key_values)
-        sums.append(next_token_nll_sum(out.logits, x))
-        del out
-    return sums
-
-
-def batched_nll(model, sequences, device) -> float:
-    return sum(batched_nll_sums(model, sequences, device)) / sum(len(s) - 1 for s in sequences)
-
-
 def decode_one(model, arm: Arm, ids, device, future=None) -> dict:
     """One sequence under `arm` (its blocks already in the model); `future[layer]`: the
     sequence's recorded demand, for policies that read it."""
@@ -265,25 +235,6 @@ def decode_tokens(model, arms: list[Arm], ids, device, own=None, futures=None, t
     for s in state.values():  # every arm's cache, at its longest, beside the slots
         memory.count_cache(s["cache"])
     return {arm.name: sequence_row(ids, state[arm.name]) for arm in arms}
-
-
-def sequence_row(ids, s: dict) -> dict:
-    pools = s["pools"]
-    return {
-        "tokens": len(ids),
-        "nll_sum": s["nll_sum"],
-        "scored": len(ids) - 1,
-        "timed_tokens": len(ids) - 1,
-        # A charged link's time is in its laps and, here, in the steps (the first token's
-        # charge went with its counts).
-        "step_seconds": s["step_seconds"] + sum(p.charged for p in pools),
-        "copy_seconds": sum(lap.seconds() for p in pools for lap in p.laps),
-        "timed_copies": sum(p.fills + p.steady for p in pools),
-        "copy_groups": sum(p.groups for p in pools),
-        "fills": s["first_fills"] + sum(p.fills for p in pools),
-        "steady": sum(p.steady for p in pools),
-        **overlap.sequence_counts(pools),  # overlapped runs only
-    }
 
 
 def order(arms: list[Arm], turn: int) -> list[Arm]:
@@ -397,42 +348,6 @@ def finish(arm: Arm, repeats: int, seed: int) -> dict:
         row["copy_seconds"] = statistics.median(row["copy_repeats"])
         row["nll"] = row["nll_sum"] / row["scored"]
     return {"sequences": arm.rows, "totals": totals(arm.rows, repeats, seed), "trace": arm.traces}
-
-
-def totals(rows, repeats: int = 1, seed: int = 0) -> dict:
-    def total(key):
-        return sum(r[key] for r in rows)
-
-    timed, steps, copy_s = total("timed_tokens"), total("step_seconds"), total("copy_seconds")
-    copies, groups = total("timed_copies"), total("copy_groups")
-    tokens = [r["timed_tokens"] for r in rows]
-    step_ci = bootstrap_ratio([1e3 * r["step_seconds"] for r in rows], tokens, seed)
-    compute_ci = bootstrap_ratio(
-        [1e3 * (r["step_seconds"] - r["copy_seconds"]) for r in rows], tokens, seed
-    )
-    return {
-        "nll": total("nll_sum") / total("scored"),
-        "scored_tokens": total("scored"),
-        "timed_tokens": timed,
-        "tokens_per_second": timed / steps,
-        "tokens_per_second_ci": [1e3 / step_ci[1], 1e3 / step_ci[0]],
-        "fills": total("fills"),
-        "steady_copies": total("steady"),
-        "rho": total("steady") / timed,
-        "timed_copies": copies,
-        "copies_per_token": copies / timed,
-        "copy_groups": groups,
-        "groups_per_token": groups / timed,
-        "tau_ms": 1e3 * copy_s / copies if copies else None,
-        "copy_ms": 1e3 * copy_s / timed,
-        "copy_share": copy_s / steps,
-        "compute_ms": 1e3 * (steps - copy_s) / timed,
-        "compute_ms_ci": compute_ci,
-        "step_ms": 1e3 * steps / timed,
-        "step_ms_ci": step_ci,
-        "repeats": repeats,
-        **overlap.totals(rows),  # overlapped runs only
-    }
 
 
 def policy_factory(spec: dict, capacity: int, num_experts: int, top_k: int):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 
 from moecache.errors import MoecacheError
-from moecache.harness import decode, link
+from moecache.harness import decode, link, nll
 from moecache.intervals import bootstrap_ratio
 from moecache.model import registry
 from moecache.model.memory import ring_mib
@@ -36,10 +36,44 @@ def lossless_runs(capacity: int, num_experts: int, reference=True) -> dict[str, 
 def run(model, sequences, harness: dict, seed: int = 0, left_out: str | None = None) -> dict:
     """`left_out`: why the pool at C = N does not run (its exactness and throughput gates are
     then not checked, and the report says why)."""
+    num_experts = registry.of(model).sizes(model.config).num_experts
+    runs = lossless_runs(harness["capacity"], num_experts, left_out is None)
+    # The own block and the pool at C = N token by token (their speeds are compared),
+    # then the other lossless runs, which share the pool's slots, sequence by sequence.
+    compared = ["base", "all-resident"] if left_out is None else ["base"]
+    repeats = harness.get("gate_repeats", GATE_REPEATS)
+    results = decode_gate_runs(model, sequences, harness, runs, compared, repeats, seed)
+    # Every reference to the arms' pools went with decode_gate_runs' frame: collected now,
+    # so that the slots are given back before the whole-sequence evaluation stages a layer
+    # beside them.
+    gc.collect()
+    base = results["base"]
+    report = {
+        "base": base["totals"],
+        "batched_nll": nll.batched_nll(model, sequences, harness["device"]),
+        "runs": {name: results[name]["totals"] for name in runs},
+        "reference_left_out": left_out,
+        "min_throughput_ratio": harness.get("min_throughput_ratio", MIN_THROUGHPUT_RATIO),
+        "gate_repeats": repeats,
+        # Per sequence (median pass), so that a slow stretch can be found in the ratio's spread.
+        "step_seconds": {
+            name: [r["step_seconds"] for r in results[name]["sequences"]] for name in compared
+        },
+    }
+    if left_out is None:
+        report |= throughput_ratio(base, results["all-resident"], seed)
+    report["failures"] = failures(report)
+    return report
+
+
+def decode_gate_runs(
+    model, sequences, harness: dict, runs: dict, compared: list, repeats: int, seed: int
+) -> dict:
+    """The own block ("base") and every lossless run decoded: the `compared` pair token by
+    token over `repeats` passes, the others sequence by sequence once; results per name."""
     device, layers = harness["device"], harness["restricted_layers"]
     sizes = registry.of(model).sizes(model.config)
     num_experts, top_k = sizes.num_experts, sizes.num_experts_per_tok
-    runs = lossless_runs(harness["capacity"], num_experts, left_out is None)
     ring = ring_mib(harness)
     slots = harness["capacity"] * len(layers)
     kind = link.configured(harness)
@@ -52,57 +86,38 @@ def run(model, sequences, harness: dict, seed: int = 0, left_out: str | None = N
             for name, (spec, capacity) in runs.items()
         }
         results = {}
-        # The own block and the pool at C = N token by token (their speeds are compared),
-        # then the other lossless runs, which share the pool's slots, sequence by sequence.
-        compared = ["base", "all-resident"] if left_out is None else ["base"]
         others = [name for name in runs if name not in compared]
         # The compared pair is timed over `gate_repeats` passes, each sequence keeping its
         # median, so that one disturbed stretch of a shared machine cannot decide the gate;
         # the others are decoded once, for their NLL.
-        passes = ((compared, True, harness.get("gate_repeats", GATE_REPEATS)), (others, False, 1))
-        for names, lockstep, repeats in passes:
-            arms_now = [arms[name] for name in names]
+        for names, lockstep, passes in ((compared, True, repeats), (others, False, 1)):
             results |= decode.decode(
                 model,
                 sequences,
                 device,
-                arms_now,
+                [arms[name] for name in names],
                 off.own,
                 harness["warmup_tokens"],
-                repeats,
+                passes,
                 seed,
                 lockstep=lockstep,
             )
-    # Every reference to the arms' pools (the last pass's list too) dropped, so that the
-    # slots are given back before the whole-sequence evaluation stages a layer beside them.
-    del arms, arms_now, off
-    gc.collect()
-    base = results["base"]
-    report = {
-        "base": base["totals"],
-        "batched_nll": decode.batched_nll(model, sequences, device),
-        "runs": {name: results[name]["totals"] for name in runs},
-        "reference_left_out": left_out,
-        "min_throughput_ratio": harness.get("min_throughput_ratio", MIN_THROUGHPUT_RATIO),
-        "gate_repeats": passes[0][2],
-        # Per sequence (median pass), so that a slow stretch can be found in the ratio's spread.
-        "step_seconds": {
-            name: [r["step_seconds"] for r in results[name]["sequences"]] for name in compared
-        },
-    }
-    if left_out is None:
-        pooled = results["all-resident"]
-        report["throughput_ratio_pool_vs_own_block"] = (
+    return results
+
+
+def throughput_ratio(base: dict, pooled: dict, seed: int) -> dict:
+    """The pooled block at C = N's tokens/s over the own block's, and its interval."""
+    return {
+        "throughput_ratio_pool_vs_own_block": (
             pooled["totals"]["tokens_per_second"] / base["totals"]["tokens_per_second"]
-        )
+        ),
         # Paired over the same sequences: own-block seconds over pooled seconds.
-        report["throughput_ratio_ci"] = bootstrap_ratio(
+        "throughput_ratio_ci": bootstrap_ratio(
             [r["step_seconds"] for r in base["sequences"]],
             [r["step_seconds"] for r in pooled["sequences"]],
             seed,
-        )
-    report["failures"] = failures(report)
-    return report
+        ),
+    }
 
 
 def failures(report: dict) -> list[str]:

@@ -18,6 +18,7 @@ from moecache.harness import (
     gates,
     link,
     link_check,
+    nll,
     placement,
     profile,
     runs,
@@ -186,7 +187,7 @@ def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
     limit = harness["probe"].get("sequences")
     if limit:
         sequences = sequences[:limit]
-        base = decode.batched_nll(model, sequences, harness["device"])
+        base = nll.batched_nll(model, sequences, harness["device"])
     layers = []
     sparse = registry.of(model).sizes(model.config).moe_layers  # dense layers have no experts
     for layer in sparse:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from moecache.harness.decode import next_token_nll_sum
+from moecache.harness.nll import next_token_nll_sum
 from moecache.harness.timing import Stopwatch
 from moecache.model import registry
 from moecache.model import routing as routing_of

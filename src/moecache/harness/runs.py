@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from moecache import provenance
 from moecache.errors import MoecacheError
-from moecache.harness import decode, gates, link, overlap
+from moecache.harness import decode, gates, link, nll, overlap
 from moecache.harness.overlapped_block import overlapped, refuse_unranked
 from moecache.model.memory import LEDGER, device_total_bytes, ring_mib
 from moecache.records import trace as traces
@@ -164,9 +164,9 @@ def decode_runs(settings: dict, model, sequences, runs: dict[str, RunSpec]) -> D
     refuse_unfitting_reference(settings, runs, model, longest)
     # The model's own blocks, their experts staged one layer at a time where the device is
     # not the host (harness/placement.py), before any slot is held.
-    base_sums = decode.batched_nll_sums(model, sequences, harness["device"])
+    base_sums = nll.batched_nll_sums(model, sequences, harness["device"])
     cut = scaled_sequences(harness, sequences)
-    cut_sums = decode.batched_nll_sums(model, cut, harness["device"]) if scaled_groups(runs) else []
+    cut_sums = nll.batched_nll_sums(model, cut, harness["device"]) if scaled_groups(runs) else []
     layers = harness["restricted_layers"]
     with decode.offloaded(
         model,

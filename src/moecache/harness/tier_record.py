@@ -1,6 +1,6 @@
 """The tiers measured in the harness as a record (a TiersMeasuredResult's fields): per
 admission the measured ms/token, the counts, equation (1) with a term per tier
-(costs/equation.py) and their ratio; the job (`moecache tiers-harness`) and its check
+(costs/tier_equation.py) and their ratio; the job (`moecache tiers-harness`) and its check
 (`moecache tiers-check`). docs/tiers.md, "Measured in the harness".
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from moecache.costs import equation
+from moecache.costs import tier_equation
 from moecache.errors import MoecacheError
 from moecache.harness.tier_block import EVENTS
 from moecache.harness.tier_runs import RESIDENT, SHARED, Measured, measure
@@ -45,8 +45,8 @@ def report(settings: dict, m: Measured, gpu_check: dict | None = None) -> dict:
         row = measured(arm, sequences, settings["seed"])
         counts = totals(arm["streams"])
         bookkeeping = decide[admission] - decide[RESIDENT]
-        predicted = equation.tier_ms_per_token(c, tokens, counts, timed_prices, bookkeeping)
-        from_apart = equation.tier_ms_per_token(c, tokens, counts, apart, bookkeeping)
+        predicted = tier_equation.tier_ms_per_token(c, tokens, counts, timed_prices, bookkeeping)
+        from_apart = tier_equation.tier_ms_per_token(c, tokens, counts, apart, bookkeeping)
         ratio = predicted / row["ms_per_token"]
         rows[admission] = {
             **row,
@@ -58,7 +58,7 @@ def report(settings: dict, m: Measured, gpu_check: dict | None = None) -> dict:
             "bookkeeping_ms_per_token": decide[admission],
             "predicted_ms_per_token": predicted,
             "ratio": ratio,
-            "within_10pct": bool(abs(ratio - 1) <= equation.TIER_WITHIN),
+            "within_10pct": bool(abs(ratio - 1) <= tier_equation.TIER_WITHIN),
             "predicted_from_prices_apart_ms_per_token": from_apart,
             "ratio_from_prices_apart": from_apart / row["ms_per_token"],
         }
@@ -79,7 +79,7 @@ def report(settings: dict, m: Measured, gpu_check: dict | None = None) -> dict:
         "shared_processor_note": SHARED if device.type == "cpu" else None,
         "prices": m.prices,
         "run_prices": timed_prices,
-        "equation": equation.TIER_EQUATION,
+        "equation": tier_equation.TIER_EQUATION,
         "resident": resident,
         "admissions": rows,
         "gpu_check": gpu_pricing(gpu_check, m.prices, m.expert_bytes),
@@ -238,6 +238,6 @@ def check_lines(record: dict) -> tuple[list[str], bool]:
             f"{admission}: measured {row['ms_per_token']:.3f} ms/token [{low:.3f}, {high:.3f}], "
             f"predicted {row['predicted_ms_per_token']:.3f} (c {c:.3f}; copies {row['copies']}, "
             f"reads {row['reads']}, computes {row['computes']}), ratio {row['ratio']:.3f}: "
-            f"{verdict} {equation.TIER_WITHIN:.0%}"
+            f"{verdict} {tier_equation.TIER_WITHIN:.0%}"
         )
     return lines, ok

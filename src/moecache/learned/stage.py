@@ -179,39 +179,19 @@ def evaluate(
     """Per shard: every scorer, LRU, the oracle and decayed frequency replayed on the
     shard's trace (held-out sequences and all), each scorer's foresight equivalent, and
     the closed-loop runs' copies from the harness beside the replay's."""
-    from moecache.policies.learned import Learned
     from moecache.records import trace
-    from moecache.records.io import read_record, read_run_dict
+    from moecache.records.io import read_record
     from moecache.records.replay import ForesightResult
 
     capacity = settings["harness"]["capacity"]
     last = settings["replay"]["heldout_sequences"]
     arch = settings["model"]["architecture"]
-    closed = {}
-    for path in closed_files:
-        report = read_run_dict(path)
-        if report["policy"] != "learned":  # a causal rule's (causal_check.py compares it)
-            continue
-        closed.setdefault(report["shard"], {})[scorer_name(report["params"]["weights"])] = report
+    closed = closed_loop_reports(closed_files)
     shards = {}
     for shard, path in traces.items():
         demand = trace.read_demand(path, arch["num_experts"])
         heldout = list(dict.fromkeys(demand.sequences))[len(set(demand.sequences)) - last :]
-        mine = {scorer_name(f): f for f in scorer_files if applies(scorer_name(f), shard)}
-        rules = {
-            "decayed-frequency": "decayed-frequency",
-            **{
-                name: Learned(
-                    capacity,
-                    demand.num_experts,
-                    demand.top_k,
-                    str(f),
-                    feature_set(name.split("/")[0]),
-                )
-                for name, f in mine.items()
-            },
-        }
-        copies = replayed(demand, capacity, rules)
+        copies = replayed(demand, capacity, shard_rules(demand, capacity, scorer_files, shard))
         curve = read_record(foresight_files[shard], ForesightResult).subsets
         replay = shares(copies, heldout)
         for part, rows in replay.items():
@@ -219,29 +199,67 @@ def evaluate(
                 row["foresight_equivalent"] = foresight_equivalent(
                     row["gap_recovered"], curve[part]["foresight"]
                 )
-        loops = {}
-        for name, report in closed.get(shard, {}).items():
-            measured = {
-                f"seq{r['sequence']}": r["fills"] + r["steady"] for r in report["sequences"]
-            }
-            loop = shares({**copies, name: measured}, heldout)
-            loops[name] = {
-                "heldout": loop["heldout"][name],
-                "all": loop["all"][name],
-                "matches_replay": measured == copies[name],
-                "delta_nll": report["totals"]["delta_nll"],
-                "tokens_per_second": report["totals"]["tokens_per_second"],
-                "tokens_per_second_ci": report["totals"]["tokens_per_second_ci"],
-            }
         shards[shard] = {
             "heldout_sequences": heldout,
             "replay": replay,
-            "closed_loop": loops,
+            "closed_loop": closed_loop_shares(closed.get(shard, {}), copies, heldout),
         }
     training = {scorer_name(f): scorers.about(f) for f in scorer_files}
     for about in training.values():
         about.pop("curve", None)
     return {"capacity": capacity, "shards": shards, "training": training}
+
+
+def closed_loop_reports(closed_files) -> dict[str, dict[str, dict]]:
+    """The learned scorers' closed-loop runs, per shard and scorer name (group/kind)."""
+    from moecache.records.io import read_run_dict
+
+    closed = {}
+    for path in closed_files:
+        report = read_run_dict(path)
+        if report["policy"] != "learned":  # a causal rule's (causal_check.py compares it)
+            continue
+        closed.setdefault(report["shard"], {})[scorer_name(report["params"]["weights"])] = report
+    return closed
+
+
+def shard_rules(demand: Demand, capacity: int, scorer_files: list, shard: str) -> dict:
+    """The rules replayed on `shard` beside LRU and the oracle: decayed frequency and every
+    scorer that applies to it."""
+    from moecache.policies.learned import Learned
+
+    mine = {scorer_name(f): f for f in scorer_files if applies(scorer_name(f), shard)}
+    return {
+        "decayed-frequency": "decayed-frequency",
+        **{
+            name: Learned(
+                capacity,
+                demand.num_experts,
+                demand.top_k,
+                str(f),
+                feature_set(name.split("/")[0]),
+            )
+            for name, f in mine.items()
+        },
+    }
+
+
+def closed_loop_shares(closed: dict, copies: dict, heldout: list[str]) -> dict:
+    """Each closed-loop run's copies as the harness counted them, their share of the
+    LRU-to-oracle gap, and whether they match the replay's."""
+    loops = {}
+    for name, report in closed.items():
+        measured = {f"seq{r['sequence']}": r["fills"] + r["steady"] for r in report["sequences"]}
+        loop = shares({**copies, name: measured}, heldout)
+        loops[name] = {
+            "heldout": loop["heldout"][name],
+            "all": loop["all"][name],
+            "matches_replay": measured == copies[name],
+            "delta_nll": report["totals"]["delta_nll"],
+            "tokens_per_second": report["totals"]["tokens_per_second"],
+            "tokens_per_second_ci": report["totals"]["tokens_per_second_ci"],
+        }
+    return loops
 
 
 def closed_loop_runs(names: list[str], shard: str, scorers_dir: str = "results/learned/scorers"):

@@ -145,7 +145,7 @@ def count_cache(cache) -> None:
 
 
 def nll_check_bytes(tokens: int, vocab: int, element: int) -> int:
-    """What the whole-sequence NLL check (harness/decode.py batched_nll_sums) holds beside
+    """What the whole-sequence NLL check (harness/nll.py batched_nll_sums) holds beside
     its KV cache: the logits [T, V] in the model's dtype, their float32 copy (none where the
     logits are float32) and float32 log-probabilities, over the T - 1 scored positions."""
     scored = (tokens - 1) * vocab * 4

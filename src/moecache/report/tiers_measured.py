@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from moecache.costs.equation import TIER_WITHIN
+from moecache.costs.tier_equation import TIER_WITHIN
 from moecache.records.io import read_record
 from moecache.records.tiers_measured import TiersMeasuredResult
 
