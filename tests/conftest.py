@@ -25,6 +25,26 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SMOKE = REPO / "config" / "smoke.yaml"
+# The tiny MoE every family is built at in the family tests: 16 experts, top-4, 3 layers.
+TINY_ARCH = {
+    "hidden_size": 32,
+    "intermediate_size": 16,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 2,
+    "num_experts": 16,
+    "num_experts_per_tok": 4,
+    "max_position_embeddings": 64,
+}
+# A harness on the CPU for those tests: one thread, no throughput gate (speed is not what
+# they check); each adds its restricted layers and capacity.
+TINY_HARNESS = {
+    "device": "cpu",
+    "threads": 1,
+    "warmup_tokens": 2,
+    "gate_repeats": 1,
+    "link_ring_mib": 1,
+    "min_throughput_ratio": 0.0,
+}
 
 
 def load_yaml(path: Path) -> dict:

@@ -10,21 +10,14 @@ import math
 
 import pytest
 import torch
+from conftest import TINY_ARCH
 
 from moecache.controller.mixture import ControlledBlock
 from moecache.controller.train import new_heads
 from moecache.model import registry, routing, tiny
 from moecache.schedule import plan
 
-ARCH = {
-    "hidden_size": 32,
-    "intermediate_size": 16,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_experts": 16,
-    "num_experts_per_tok": 4,
-    "max_position_embeddings": 64,
-}
+ARCH = TINY_ARCH
 N, K, LAYER, VOCAB = ARCH["num_experts"], ARCH["num_experts_per_tok"], 1, 64
 # The full DeepSeek-V2's routing at tiny sizes: group-limited, scaled (V2-Lite is greedy, 1.0).
 GROUPED_V2 = {

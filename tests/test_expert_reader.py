@@ -10,21 +10,14 @@ import gc
 
 import pytest
 import torch
+from conftest import TINY_ARCH
 from safetensors.torch import load_file, save_file
 
 from moecache.errors import MoecacheError
 from moecache.model import checkpoint, expert_reader, registry, tiny
 from moecache.model.memory import host_census
 
-ARCH = {
-    "hidden_size": 32,
-    "intermediate_size": 16,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_experts": 8,
-    "num_experts_per_tok": 2,
-    "max_position_embeddings": 64,
-}
+ARCH = TINY_ARCH | {"num_experts": 8, "num_experts_per_tok": 2}
 TOKENS = torch.tensor([[1, 2, 3, 4, 5]])
 
 
@@ -110,12 +103,17 @@ def test_only_experts_transformers_would_fuse_are_read():
     assert not expert_reader.reads(fp8)
 
 
-def test_a_checkpoint_short_of_an_expert_is_refused_in_one_line(tmp_path):
-    saved("olmoe", tmp_path)
-    file = next(tmp_path.glob("*.safetensors"))
+def saved_without(folder, key: str) -> None:
+    """A tiny OLMoE checkpoint with tensor `key` taken out of its file."""
+    saved("olmoe", folder)
+    file = next(folder.glob("*.safetensors"))
     tensors = load_file(file)
-    del tensors["model.layers.1.mlp.experts.3.up_proj.weight"]
+    del tensors[key]
     save_file(tensors, file, metadata={"format": "pt"})
+
+
+def test_a_checkpoint_short_of_an_expert_is_refused_in_one_line(tmp_path):
+    saved_without(tmp_path, "model.layers.1.mlp.experts.3.up_proj.weight")
     with pytest.raises(MoecacheError) as refused:
         checkpoint.load(tmp_path, "float32", "cpu", ARCH)
     assert "layer 1's experts lack gate_up_proj" in str(refused.value)
@@ -123,11 +121,7 @@ def test_a_checkpoint_short_of_an_expert_is_refused_in_one_line(tmp_path):
 
 
 def test_another_missing_weight_is_refused_not_left_uninitialised(tmp_path):
-    saved("olmoe", tmp_path)
-    file = next(tmp_path.glob("*.safetensors"))
-    tensors = load_file(file)
-    del tensors["model.layers.0.self_attn.q_proj.weight"]
-    save_file(tensors, file, metadata={"format": "pt"})
+    saved_without(tmp_path, "model.layers.0.self_attn.q_proj.weight")
     with pytest.raises(MoecacheError, match="lacks 1 weights"):
         checkpoint.load(tmp_path, "float32", "cpu", ARCH)
 

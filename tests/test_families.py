@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_ARCH, TINY_HARNESS
 
 from moecache.config import ConfigError
 from moecache.errors import MoecacheError
@@ -25,26 +26,9 @@ sys.path.insert(0, str(Path(__file__).parent / "rehearsal"))
 import build as rehearsal  # noqa: E402
 
 FAMILIES = sorted(registry.ADAPTERS)
-ARCH = {
-    "hidden_size": 32,
-    "intermediate_size": 16,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_experts": 16,
-    "num_experts_per_tok": 4,
-    "max_position_embeddings": 64,
-}
+ARCH = TINY_ARCH
 LAYERS, CAPACITY = [1, 2], 8
-HARNESS = {
-    "device": "cpu",
-    "restricted_layers": LAYERS,
-    "capacity": CAPACITY,
-    "threads": 1,
-    "warmup_tokens": 2,
-    "gate_repeats": 1,
-    "link_ring_mib": 1,
-    "min_throughput_ratio": 0.0,  # speed is not what these tests check
-}
+HARNESS = {**TINY_HARNESS, "restricted_layers": LAYERS, "capacity": CAPACITY}
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_ARCH, TINY_HARNESS
 
 from moecache import config as configs
 from moecache import model as package
@@ -49,26 +50,9 @@ class FlexOlmoAdapter(MoeAdapter):
             **base, intermediate_size=arch["intermediate_size"], num_experts=arch["num_experts"]
         )
 '''
-ARCH = {
-    "hidden_size": 32,
-    "intermediate_size": 16,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_experts": 16,
-    "num_experts_per_tok": 4,
-    "max_position_embeddings": 64,
-}
+ARCH = TINY_ARCH
 LAYERS, CAPACITY, VOCAB = [1, 2], 8, 300
-HARNESS = {
-    "device": "cpu",
-    "restricted_layers": LAYERS,
-    "capacity": CAPACITY,
-    "threads": 1,
-    "warmup_tokens": 2,
-    "gate_repeats": 1,
-    "link_ring_mib": 1,
-    "min_throughput_ratio": 0.0,  # speed is not what this checks
-}
+HARNESS = {**TINY_HARNESS, "restricted_layers": LAYERS, "capacity": CAPACITY}
 
 
 def forget() -> None:

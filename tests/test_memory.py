@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, load_yaml
+from conftest import REPO, TINY_ARCH, load_yaml
 
 from moecache import config as configs
 from moecache import gpu
@@ -219,15 +219,7 @@ def test_staged_own_blocks_give_the_models_own_nll_one_layer_at_a_time(smoke_con
     assert placement.take_staging_seconds(model) > 0
 
 
-TRANSIENT_ARCH = {
-    "hidden_size": 32,
-    "intermediate_size": 16,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 2,
-    "num_experts": 8,
-    "num_experts_per_tok": 2,
-    "max_position_embeddings": 64,
-}
+TRANSIENT_ARCH = TINY_ARCH | {"num_experts": 8, "num_experts_per_tok": 2}
 
 
 @pytest.mark.parametrize("family", sorted(registry.ADAPTERS))

@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import REPO, moecache
+from conftest import REPO, TINY_ARCH, moecache
 from run_records import run_record, sequence_row
 
 from moecache import cli
@@ -313,15 +313,7 @@ def test_a_checkpoint_folder_offloads_its_moe_layers_only(tmp_path):
     every MoE layer at a time."""
     from moecache.model import tiny
 
-    arch = {
-        "hidden_size": 32,
-        "intermediate_size": 16,
-        "num_hidden_layers": 3,
-        "num_attention_heads": 2,
-        "num_experts": 16,
-        "num_experts_per_tok": 4,
-        "max_position_embeddings": 64,
-    }
+    arch = dict(TINY_ARCH)
     folder = str(tmp_path / "ckpt")
     tiny.config("qwen3_moe", arch, 128).save_pretrained(folder)
     # The embedded default's harness and corpus (its jobs' peaks are sized too), this model.

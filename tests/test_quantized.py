@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_HARNESS
 from safetensors import safe_open
 
 from moecache.errors import MoecacheError
@@ -45,16 +46,7 @@ CASES = {
     "qwen3_moe": ("fp8", {**BASE, "hidden_size": 256, "intermediate_size": 128}),
 }
 LAYERS, CAPACITY = [1, 2], 4
-HARNESS = {
-    "device": "cpu",
-    "restricted_layers": LAYERS,
-    "capacity": CAPACITY,
-    "threads": 1,
-    "warmup_tokens": 2,
-    "gate_repeats": 1,
-    "link_ring_mib": 1,
-    "min_throughput_ratio": 0.0,  # speed is not what these tests check
-}
+HARNESS = {**TINY_HARNESS, "restricted_layers": LAYERS, "capacity": CAPACITY}
 
 
 @pytest.fixture(scope="module")
