@@ -47,6 +47,11 @@ def test_the_read_experts_are_transformers_own_in_every_family(family, tmp_path)
     for (name, one), (_, two) in zip(plain.named_buffers(), read.named_buffers(), strict=True):
         assert torch.equal(one, two), name  # nothing left uninitialised
     assert torch.equal(plain(TOKENS).logits, read(TOKENS).logits)
+    # Saved, it writes the checkpoint's own names again (what peft's merged routers do).
+    read.save_pretrained(tmp_path / "again")
+    assert load_file(tmp_path / "again" / "model.safetensors").keys() == (
+        load_file(tmp_path / "model.safetensors").keys()
+    )
 
 
 @pytest.mark.parametrize("family", ["mixtral", "olmoe"])

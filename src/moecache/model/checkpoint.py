@@ -120,6 +120,7 @@ def load(
     if reading:
         check_only_experts_missing(model, adapter, reading, info["missing_keys"], source)
         expert_reader.read(model, adapter, checkpoint_folder(source), reading)
+        expert_reader.saves_as_read(model)
     quantized.stored_experts(source, config, adapter, model, list(stored_layers))
     return model.to(device).eval()
 

@@ -160,6 +160,24 @@ def fill(f, at: int, buffer) -> None:
         got += n
 
 
+def saves_as_read(model) -> None:
+    """The model's `save_pretrained` writing the checkpoint's names again: transformers
+    keeps, for saving, the conversions its load used, and ours left the experts' out (and
+    put the renaming that skipped them in). Kept now: those it used but ours, and the
+    family's expert converters, in the mapping's own order."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+
+    def key(c):
+        return type(c), tuple(c.source_patterns), tuple(c.target_patterns)
+
+    def fuses_experts(c) -> bool:
+        return any("experts.*." in pattern for pattern in c.source_patterns)
+
+    used = {key(c) for c in getattr(model, "_weight_conversions", None) or []}
+    mapping = get_model_conversion_mapping(model)
+    model._weight_conversions = [c for c in mapping if key(c) in used or fuses_experts(c)]
+
+
 def read(model, adapter, folder: Path, layers) -> None:
     """`layers`' routed experts of `model` (left unwritten by transformers) read from the
     checkpoint in `folder`, each expert into its place."""
