@@ -87,13 +87,13 @@ def test_the_load_holds_the_read_experts_once_as_the_plan_sizes_it(stored, tmp_p
     gc.collect()
     with host_census() as counted:
         checkpoint.load(tmp_path, "float32", "cpu", arch)
-    planned = checkpoint.load_host_peak(files, params, "olmoe", [True] * 3, chunk)
+    planned = checkpoint.load_host_peak(files, params, "olmoe", True, chunk)
     assert counted["peak"] <= planned["host_load_peak_bytes"]
     assert planned["host_load_peak_bytes"] <= counted["peak"] + checkpoint.SMALL_TENSOR_BYTES
     assert planned["read_experts_bytes"] == sum(map(sum, map(dict.values, params)))
     assert planned["fused_experts_bytes"] == planned["fusing_stacks_bytes"] == 0
     # transformers' own fusing, as it would have been: a pair's stacks above it.
-    fused = checkpoint.load_host_peak(files, params, "olmoe", [False] * 3, chunk)
+    fused = checkpoint.load_host_peak(files, params, "olmoe", False, chunk)
     assert fused["host_load_peak_bytes"] > planned["host_load_peak_bytes"]
 
 

@@ -161,22 +161,15 @@ def check_only_experts_missing(model, adapter, layers, missing, source) -> None:
 
 def fused_in_order(model_type: str) -> list[tuple[str, bool]]:
     """The expert parameters transformers fuses from a checkpoint's per-expert tensors
-    (the family's conversion mapping: MergeModulelist, then Concatenate for gate and up), in
-    the order it fuses them within a layer (a layer's keys are read sorted, so the
-    converter whose first source name sorts first goes first), each with whether it
-    concatenates two stacks (both alive beside the result while it does)."""
-    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
-    from transformers.core_model_loading import Concatenate, WeightConverter
-
-    fused = []
-    for entry in get_checkpoint_conversion_mapping(model_type) or []:
-        sources = [p for p in entry.source_patterns if "experts.*." in p]
-        if not isinstance(entry, WeightConverter) or not sources:
-            continue
-        first = min(p.split("*.", 1)[1] for p in sources)
-        name = entry.target_patterns[0].rsplit(".", 1)[-1]
-        fused.append((first, name, any(isinstance(op, Concatenate) for op in entry.operations)))
-    return [(name, concat) for _, name, concat in sorted(fused)]
+    (the family's conversion mapping, as expert_reader.converters reads it), in the order
+    it fuses them within a layer (a layer's keys are read sorted, so the parameter whose
+    first source name sorts first goes first), each with whether it joins two stacks
+    (both alive beside the result while it does)."""
+    sources: dict[str, list[str]] = {}
+    for name, (target, _) in expert_reader.converters(model_type).items():
+        sources.setdefault(target, []).append(name)
+    ordered = sorted(sources.items(), key=lambda item: min(item[1]))
+    return [(target, len(names) > 1) for target, names in ordered]
 
 
 # Small tensors transformers makes beside the weights while it loads: the rotary
@@ -185,26 +178,27 @@ def fused_in_order(model_type: str) -> list[tuple[str, bool]]:
 SMALL_TENSOR_BYTES = 4096
 
 
-def load_host_peak(file_bytes: int, layers: list[dict], model_type: str, read=(), chunk=0) -> dict:
+def load_host_peak(
+    file_bytes: int, layers: list[dict], model_type: str, read: bool = False, chunk: int = 0
+) -> dict:
     """The host memory a job holds while it reads a checkpoint onto the CPU (`file_bytes`:
     its safetensors files, mapped and read whole by transformers; the tensors it keeps as
     stored are views of them). `layers`: each MoE layer's expert parameters' bytes, in
-    order; `read`: whether each is offloaded and read by expert_reader, else fused by
-    transformers from per-expert tensors into new tensors, layer by layer, a concatenated
-    pair's two stacks alive beside the result while it is made. The read layers' tensors
-    are allocated once transformers is done (its missing weights), and filled in place,
-    through one buffer of `chunk` bytes where the stored dtype is not the model's.
+    order; `read`: whether expert_reader reads them (expert_reader.reads), else transformers
+    fuses them from per-expert tensors into new tensors, layer by layer, a concatenated
+    pair's two stacks alive beside the result while it is made. Read, the experts are
+    allocated once transformers is done (its missing weights) and filled in place, through
+    one buffer of `chunk` bytes where the stored dtype is not the model's.
     Returns the peak (with SMALL_TENSOR_BYTES), what is still held after and its parts."""
-    read = list(read) or [False] * len(layers)
     alive = peak = file_bytes
     stacks = 0
-    for params in (p for p, r in zip(layers, read, strict=True) if not r):
+    for params in [] if read else layers:
         for name, concat in fused_in_order(model_type):
             out = params[name]
             stacks = max(stacks, out if concat else 0)
             peak = max(peak, alive + out + (out if concat else 0))
             alive += out
-    in_place = sum(sum(p.values()) for p, r in zip(layers, read, strict=True) if r)
+    in_place = sum(sum(params.values()) for params in layers) if read else 0
     peak = max(peak, alive + in_place + (chunk if in_place else 0))
     return {
         "host_load_peak_bytes": peak + SMALL_TENSOR_BYTES,

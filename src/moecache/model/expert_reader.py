@@ -42,7 +42,7 @@ DTYPES = {
 # A tensor stored in another dtype than the model's is read and cast this many bytes at a
 # time: the one buffer reading adds to host memory (the plan counts it).
 READ_CHUNK_BYTES = 2**20
-UNREAD = "moecache_unread"  # what an offloaded layer's expert keys are renamed to
+UNREAD = "moecache_unread"  # what a MoE layer's expert keys are renamed to
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def layer_keys(layer: int) -> str:
 
 
 def reads(config) -> bool:
-    """Whether the checkpoint's offloaded experts are read here: per-expert tensors that
+    """Whether the checkpoint's routed experts are read here: per-expert tensors that
     transformers would fuse (a family stored fused, GPT-OSS, is read as views of its mapped
     files, nothing made; a quantized checkpoint's are kept as stored, model/quantized.py)."""
     from moecache.model import quantized

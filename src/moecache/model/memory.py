@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
+from unittest import mock
 
 import torch
 
@@ -110,16 +111,11 @@ def host_census():
     box = {"peak": 0, "end": 0}
     # The profiler records the thread that runs it: transformers' loader threads (the
     # tensors it casts as it reads them) are kept off while the census counts.
-    before = os.environ.get(SYNC_LOAD)
-    os.environ[SYNC_LOAD] = "1"
-    try:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            yield box
-    finally:
-        if before is None:
-            del os.environ[SYNC_LOAD]
-        else:
-            os.environ[SYNC_LOAD] = before
+    with (
+        mock.patch.dict(os.environ, {SYNC_LOAD: "1"}),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
+        yield box
     box["peak"], box["end"] = running_peak(prof.events())
 
 

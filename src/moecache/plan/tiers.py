@@ -74,7 +74,7 @@ def check_load(chosen: dict, host_gib: float | None) -> None:
     raise MoecacheError(
         f"--host-gib {host_gib:g}: loading the checkpoint peaks at {peak / GIB:.3f} GiB of "
         f"host memory, over {host_gib:g} GiB: its files {chosen['checkpoint_file_bytes'] / GIB:.3f}"
-        f" GiB, mapped while read, beside the offloaded experts read from them in place, "
+        f" GiB, mapped while read, beside the experts read from them in place, "
         f"{chosen['read_experts_bytes'] / GIB:.3f} GiB, the experts transformers fuses, "
         f"{chosen['fused_experts_bytes'] / GIB:.3f} GiB, and one pair's stacks while it fuses "
         f"them, {chosen['fusing_stacks_bytes'] / GIB:.3f} GiB"

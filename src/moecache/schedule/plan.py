@@ -168,9 +168,9 @@ def loading(config, report: dict, source=None) -> dict:
     stored: quantized experts at their stored bytes) mapped while transformers reads them,
     beside the routed experts, read into place where transformers would fuse them from
     per-expert tensors (model/expert_reader.py), else fused by it (a pair's stacks while it
-    fuses them: a quantized checkpoint's, dequantized). Placing
-    adds nothing: the offloaded experts are pinned where they lie (gpu.pin_in_place), and
-    the other weights leave host memory for the device."""
+    fuses them: a quantized checkpoint's, dequantized). Placing adds nothing: the
+    offloaded experts are pinned where they lie (gpu.pin_in_place), and the other weights
+    leave host memory for the device."""
     from moecache.model import expert_reader
 
     files = checkpoint.file_bytes(source) if isinstance(source, (str, Path)) else None
@@ -180,11 +180,11 @@ def loading(config, report: dict, source=None) -> dict:
         if report["stored_expert_bytes"]:  # stored experts, not their dequantized bytes
             dense = sum(sum(params.values()) for params in layers)
             files += report["stored_expert_bytes"] * report["num_experts"] * len(layers) - dense
-    read = [expert_reader.reads(config)] * len(layers)
     cast = stored_dtype(config) not in (None, report["dtype"])
     if cast:  # each tensor cast into a new one as it is read: the mapped files let go
         files = report["total_weights_bytes"] - sum(sum(params.values()) for params in layers)
     chunk = expert_reader.READ_CHUNK_BYTES if cast else 0
+    read = expert_reader.reads(config)
     return checkpoint.load_host_peak(files, layers, config.model_type, read, chunk)
 
 
@@ -316,7 +316,7 @@ def lines(report: dict) -> list[str]:
             f"reference {reference})",
             f"  host peak: {gib('host_peak_bytes')} while decoding; "
             f"{gib('host_load_peak_bytes')} while loading (the checkpoint's files "
-            f"{gib('checkpoint_file_bytes')}, the offloaded experts read in place "
+            f"{gib('checkpoint_file_bytes')}, the experts read in place "
             f"{gib('read_experts_bytes')}, the experts transformers fuses "
             f"{gib('fused_experts_bytes')} and one pair's stacks {gib('fusing_stacks_bytes')})",
         ]
