@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import os
 import subprocess
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from moecache import config as configs
 
 # No test may reach a hub; set before any test module imports the Hugging Face libraries.
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
@@ -37,23 +38,33 @@ TINY_ARCH = {
 }
 # A harness on the CPU for those tests: one thread, no throughput gate (speed is not what
 # they check); each adds its restricted layers and capacity.
-TINY_HARNESS = {
-    "device": "cpu",
-    "threads": 1,
-    "warmup_tokens": 2,
-    "gate_repeats": 1,
-    "link_ring_mib": 1,
-    "min_throughput_ratio": 0.0,
-}
+TINY_HARNESS = configs.with_defaults(
+    {
+        "device": "cpu",
+        "threads": 1,
+        "warmup_tokens": 2,
+        "gate_repeats": 1,
+        "link_ring_mib": 1,
+        "min_throughput_ratio": 0.0,
+    },
+    "harness",
+)
 
 
 def load_yaml(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+def load_settings(path: Path) -> dict:
+    """A config file as a stage reads it: its defaults filled in (not checked: a test may
+    cut it down first)."""
+    return configs.fill_defaults(load_yaml(path))
+
+
 @pytest.fixture
 def smoke_config() -> dict:
-    return copy.deepcopy(load_yaml(SMOKE))
+    """config/smoke.yaml as a stage reads it: its defaults filled in."""
+    return configs.fill_defaults(load_yaml(SMOKE))
 
 
 def env() -> dict:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from run_records import accuracy_record
 
 from moecache.accuracy import evaluate, tasks
+from moecache.config import run_spec
 from moecache.data import tokenizer as tokenizers
 from moecache.model import checkpoint
 from moecache.policies import make
@@ -44,7 +45,7 @@ def test_free_routing_through_the_pool_gives_the_unmodified_models_loglikelihood
     arch, harness = config["model"]["architecture"], config["harness"]
     lm = evaluate.scorer(model, tok, 128)
     plain = lm_evaluate(lm=lm, task_dict=task_dict, log_samples=True, bootstrap_iters=0)
-    free = [evaluate.Row("free", {"policy": "all"}, arch["num_experts"])]
+    free = [evaluate.Row("free", run_spec("all"), arch["num_experts"])]
     pooled = evaluate.evaluate_rows(model, tok, task_dict, free, harness, arch, 128)
     for task in task_dict:
         samples = sorted(plain["samples"][task], key=lambda s: s["doc_id"])
@@ -84,10 +85,8 @@ def test_the_oracle_set_is_chosen_from_the_questions_own_routing(scored, monkeyp
 
     monkeypatch.setattr(evaluate.Counter, "after", after)
     rows = [
-        evaluate.Row("free", {"policy": "all"}, arch["num_experts"]),
-        evaluate.Row(
-            "oracle-set", {"policy": "oracle-set", "params": {"k": k, "window": 2}}, capacity, True
-        ),
+        evaluate.Row("free", run_spec("all"), arch["num_experts"]),
+        evaluate.Row("oracle-set", run_spec("oracle-set", {"k": k, "window": 2}), capacity, True),
     ]
     evaluate.evaluate_rows(model, tok, task_dict, rows, harness, arch, 128)
     demands = [d for forward in recorded.values() for d in forward.items()]
@@ -183,8 +182,8 @@ def test_retention_is_left_undefined_where_free_routing_answers_nothing(tmp_path
     from moecache.report import tables
 
     rows = [
-        evaluate.Row("free", {"policy": "all"}, 8),
-        evaluate.Row("recent-use", {"policy": "dwell"}, 4),
+        evaluate.Row("free", run_spec("all"), 8),
+        evaluate.Row("recent-use", run_spec("dwell"), 4),
     ]
     frame = pd.DataFrame(
         [

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from sharp_model import random_sequences, sharp_model
 
+from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.harness import batched, batched_runs, decode, gates
 from moecache.harness.pool import ExpertPool
@@ -37,7 +38,7 @@ def sequences():
 @pytest.fixture(scope="module")
 def batch_one(model, sequences, tmp_path_factory):
     """The batch-one LRU run: each sequence's NLL, its trace as demand and as futures."""
-    make = decode.policy_factory({"policy": "lru"}, 8, EXPERTS, TOP_K)
+    make = decode.policy_factory(run_spec("lru"), 8, EXPERTS, TOP_K)
     with decode.offloaded(model, LAYERS, 8, "cpu", 1) as off:
         arm = off.arm("lru", make, 8)
         result = decode.decode(model, sequences, "cpu", [arm], off.own, warmup_tokens=2)["lru"]
@@ -51,7 +52,7 @@ def run_batched(model, sequences, rule, capacity, size, width, futures=None, **h
     """`rule` decoded `size` at a time (`how`: decode_batched's keywords), built as the
     replay builds it, for requests of min(W, C) experts (`width`: W)."""
     name, params = parse_rule(rule)
-    spec = {"policy": name, "params": params}
+    spec = run_spec(name, params)
     make = batched.policy_factory(spec, capacity, EXPERTS, TOP_K, size, width)
     with decode.offloaded(model, LAYERS, capacity, "cpu", 1) as off:
         arm = off.arm(rule, make, capacity, block=UnionBlock)
@@ -132,7 +133,7 @@ def test_timing_is_per_step_and_per_sequence_token(model, sequences, batch_one):
 
 def test_a_policy_that_reads_the_router_is_refused_in_one_line(model, sequences):
     name, params = parse_rule("router-logit")
-    make = decode.policy_factory({"policy": name, "params": params}, 8, EXPERTS, TOP_K)
+    make = decode.policy_factory(run_spec(name, params), 8, EXPERTS, TOP_K)
     with decode.offloaded(model, LAYERS, 8, "cpu", 1) as off:
         arm = off.arm("router-logit", make, 8, block=UnionBlock)
         with pytest.raises(MoecacheError) as refused:

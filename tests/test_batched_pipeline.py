@@ -14,6 +14,7 @@ from conftest import REPO, load_yaml, snakemake
 from run_records import gates_record
 
 from moecache import config as configs
+from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.harness import batched_runs, jobs
 from moecache.harness import decode as harness_decode
@@ -123,7 +124,7 @@ def model_and_trace(tmp_path_factory):
     draw = random.Random(0)
     sequences = [[draw.randrange(512) for _ in range(n)] for n in (30, 22, 26, 18)]
     make = harness_decode.policy_factory(
-        {"policy": "lru"}, harness["capacity"], arch["num_experts"], arch["num_experts_per_tok"]
+        run_spec("lru"), harness["capacity"], arch["num_experts"], arch["num_experts_per_tok"]
     )
     layers = harness["restricted_layers"]
     with harness_decode.offloaded(model, layers, harness["capacity"], "cpu", 1) as off:

@@ -11,6 +11,7 @@ import pytest
 import test_batched_decode as shared
 
 from moecache import policies
+from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.harness import batched, batched_runs, decode, gates
 from moecache.harness.union_block import UnionBlock
@@ -18,7 +19,7 @@ from moecache.harness.union_block import UnionBlock
 # The tiny model, its sequences and their batch-one run, as the batched harness tests use.
 model, sequences, batch_one, held = shared.model, shared.sequences, shared.batch_one, shared.held
 EXPERTS, LAYERS, TOP_K = shared.EXPERTS, shared.LAYERS, shared.TOP_K
-DWELL = {"policy": "dwell", "params": {"k": 4}}  # refreshes at tokens 0..3, 7, 11, ...
+DWELL = run_spec("dwell", {"k": 4})  # refreshes at tokens 0..3, 7, 11, ...
 CAPACITY = 6  # below two sequences' union (2 * top-k 4)
 
 
@@ -79,7 +80,7 @@ def test_restricted_rows_use_only_resident_experts(
 @pytest.mark.parametrize("batching", ["static", "continuous"])
 def test_the_all_resident_pool_runs_through_the_union_block(model, sequences, batch_one, batching):
     nll = batch_one[0]
-    got = run(model, sequences, {"policy": "all"}, EXPERTS, 2, batching=batching)
+    got = run(model, sequences, run_spec("all"), EXPERTS, 2, batching=batching)
     for row in got["sequences"]:  # lossless: every sequence's batch-one NLL
         assert row["nll_sum"] / row["scored"] == pytest.approx(
             nll[row["sequence"]] / row["scored"], abs=gates.BATCHED_TOLERANCE
@@ -90,10 +91,10 @@ def test_the_all_resident_pool_runs_through_the_union_block(model, sequences, ba
 
 
 def test_the_factory_builds_fresh_policies_for_the_union():
-    make = batched.policy_factory({"policy": "lru"}, CAPACITY, EXPERTS, TOP_K, 4)
+    make = batched.policy_factory(run_spec("lru"), CAPACITY, EXPERTS, TOP_K, 4)
     assert make() is not make()
     assert make().top_k == CAPACITY  # a round is at most C experts
-    assert batched.policy_factory({"policy": "lru"}, 8, EXPERTS, TOP_K, 4, 7)().top_k == 7
+    assert batched.policy_factory(run_spec("lru"), 8, EXPERTS, TOP_K, 4, 7)().top_k == 7
     dwell = batched.policy_factory(DWELL, CAPACITY, EXPERTS, TOP_K, 4)()
     assert dwell.top_k == EXPERTS  # plans on a whole union, however wide
     dwell.reset()
@@ -103,9 +104,9 @@ def test_the_factory_builds_fresh_policies_for_the_union():
 @pytest.mark.parametrize(
     "spec",
     [
-        {"policy": "controller", "params": {"weights": "heads.safetensors"}},
-        {"policy": "router-logit"},
-        {"policy": "oracle-set"},
+        run_spec("controller", {"weights": "heads.safetensors"}),
+        run_spec("router-logit"),
+        run_spec("oracle-set"),
     ],
 )
 def test_policies_the_union_block_cannot_run_are_refused_in_one_line(spec):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from moecache import config as configs
-from moecache.config import stages
+from moecache.config import run_spec, stages
 from moecache.controller import train
 from moecache.data import corpus
 from moecache.errors import MoecacheError
@@ -83,7 +83,7 @@ def model_and_sequences(smoke_run):
 
 def controller_arm(off, config, weights, threshold=0.5):
     arch = config["model"]["architecture"]
-    spec = {"policy": "controller", "params": {"weights": str(weights), "threshold": threshold}}
+    spec = run_spec("controller", {"weights": str(weights), "threshold": threshold})
     capacity = config["harness"]["capacity"]
     factory = decode.policy_factory(
         spec, capacity, arch["num_experts"], arch["num_experts_per_tok"]

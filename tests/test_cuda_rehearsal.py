@@ -12,7 +12,9 @@ import gc
 import pytest
 import torch
 
+from moecache import config as configs
 from moecache import gpu
+from moecache.config import run_spec
 from moecache.harness import batched, copy_engine, decode, gates, nll, placement
 from moecache.harness.overlapped_block import overlapped
 from moecache.harness.pool import slot_experts
@@ -52,7 +54,7 @@ def random_model(kernel: str, family: str = "olmoe"):
 
 
 def harness(capacity: int) -> dict:
-    return {
+    settings = {
         "device": "cpu",
         "restricted_layers": LAYERS,
         "capacity": capacity,
@@ -60,6 +62,7 @@ def harness(capacity: int) -> dict:
         "gate_repeats": 1,
         "min_throughput_ratio": 0.0,  # speed is not what this file checks
     }
+    return configs.with_defaults(settings, "harness")
 
 
 def test_a_cpu_takes_the_cuda_branches_only_in_a_rehearsal():
@@ -96,8 +99,8 @@ def test_pooled_overlapped_and_union_blocks_equal_the_own_block(kernel):
     placement.offload_experts(model, LAYERS, "cpu")
     x = torch.randn(2, 1, ARCH["hidden_size"], generator=torch.Generator().manual_seed(0))
     expected = registry.of(model).block(model, 1)(x)
-    one = decode.policy_factory({"policy": "lru"}, 6, 16, 4)
-    rows = batched.policy_factory({"policy": "lru"}, 6, 16, 4, size=2)
+    one = decode.policy_factory(run_spec("lru"), 6, 16, 4)
+    rows = batched.policy_factory(run_spec("lru"), 6, 16, 4, size=2)
     with decode.offloaded(model, LAYERS, 6, "cpu", 8) as off:
         for kind in ({}, {"block": overlapped()}):
             block = off.arm("lru", one, 6, own_slots=True, **kind).blocks[1]
@@ -137,7 +140,7 @@ def test_decoded_runs_keep_the_own_blocks_nll_on_the_cuda_path(kernel):
     own block's NLL token by token, and the rings and staging are counted on the device."""
     model = random_model(kernel)
     placement.offload_experts(model, LAYERS, "cpu")
-    make = decode.policy_factory({"policy": "lru"}, 6, 16, 4)
+    make = decode.policy_factory(run_spec("lru"), 6, 16, 4)
     with decode.offloaded(model, LAYERS, 6, "cpu", 1) as off:
         assert off.link.kind == "ring"
         arms = [

@@ -25,6 +25,8 @@ from moecache.schedule import plan
 sys.path.insert(0, str(Path(__file__).parent / "rehearsal"))
 import build as rehearsal  # noqa: E402
 
+from moecache.config import run_spec
+
 FAMILIES = sorted(registry.ADAPTERS)
 ARCH = TINY_ARCH
 LAYERS, CAPACITY = [1, 2], 8
@@ -90,7 +92,7 @@ def test_lossless_copies_equal_the_replay(saved):
     family, folder = saved
     model = load(family, folder)
     sizes = registry.of(model).sizes(model.config)
-    make = decode.policy_factory({"policy": "lru"}, CAPACITY, sizes.num_experts, 4)
+    make = decode.policy_factory(run_spec("lru"), CAPACITY, sizes.num_experts, 4)
     with decode.offloaded(model, LAYERS, CAPACITY, "cpu", 1) as off:
         arm = off.arm("lru", make, CAPACITY)
         result = decode.decode(model, sequences(), "cpu", [arm], off.own, warmup_tokens=2)

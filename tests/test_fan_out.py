@@ -14,6 +14,7 @@ from conftest import REPO, load_yaml, snakemake
 from run_records import gates_record
 
 from moecache import config as configs
+from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.harness import gates, jobs, runs
 from moecache.model import tiny
@@ -24,10 +25,10 @@ from moecache.runs import RunName
 # A few runs of every kind: the reference, a lossless rule, one that reads the trace run's
 # demand and one that restricts routing, each at 1x and (but the reference) at 10x.
 RUNS = {
-    "all": {"policy": "all", "capacity": 16, "shards": ["a"]},
-    "lru": {"policy": "lru", "multipliers": [1, 10]},
-    "farthest-future": {"policy": "farthest-future", "multipliers": [1, 10]},
-    "dwell-4": {"policy": "dwell", "params": {"k": 4, "window": 8}, "multipliers": [1, 10]},
+    "all": run_spec("all", capacity=16, shards=["a"]),
+    "lru": run_spec("lru", multipliers=[1, 10]),
+    "farthest-future": run_spec("farthest-future", multipliers=[1, 10]),
+    "dwell-4": run_spec("dwell", {"k": 4, "window": 8}, multipliers=[1, 10]),
 }
 COUNTS = ("timed_copies", "fills", "steady", "copy_groups", "scored", "timed_tokens")
 

@@ -158,7 +158,9 @@ def test_the_smoke_settings_come_from_the_smoke_config():
     assert sizes.experts_implementation == smoke["model"]["experts_implementation"]
     for key in check_sizes.SMOKE_HARNESS_KEYS:
         assert sizes.harness[key] == smoke["harness"][key]
-    assert sizes.harness["min_throughput_ratio"] == gates.MIN_THROUGHPUT_RATIO  # a GPU's floor
+    # A GPU's floor and passes: the schema's defaults, not the smoke file's seconds-scale ones.
+    assert sizes.harness["min_throughput_ratio"] == 0.95 != smoke["harness"]["min_throughput_ratio"]
+    assert sizes.harness["gate_repeats"] == 3 != smoke["harness"]["gate_repeats"]
     assert sizes.harness["device"] == "cpu"
 
 

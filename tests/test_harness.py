@@ -12,6 +12,7 @@ from conftest import SMOKE, load_yaml, moecache
 from fake_clock import FakeClock
 from run_records import gates_record
 
+from moecache.config import run_spec
 from moecache.data import corpus
 from moecache.errors import MoecacheError
 from moecache.harness import bandwidth, decode, decode_totals, gates, timing
@@ -211,8 +212,8 @@ def test_scaled_runs_decode_token_by_token_beside_a_1x_twin(smoke, tmp_path):
     config, model, sequences = smoke
     harness = config["harness"] | {
         "runs": {
-            "lru": {"policy": "lru", "multipliers": [1, 10, 50]},
-            "farthest-future": {"policy": "farthest-future", "multipliers": [1, 10]},
+            "lru": run_spec("lru", multipliers=[1, 10, 50]),
+            "farthest-future": run_spec("farthest-future", multipliers=[1, 10]),
         },
         "scaled_sequences": 2,
     }
@@ -369,7 +370,7 @@ def test_a_charged_link_adds_m_minus_1_times_each_group_to_the_clocks(smoke, mon
     assert pool.charged == pytest.approx(4 * 2 * COPY_SECONDS)
     arch = config["model"]["architecture"]
     top_k = arch["num_experts_per_tok"]
-    make = decode.policy_factory({"policy": "lru"}, 4, arch["num_experts"], top_k)
+    make = decode.policy_factory(run_spec("lru"), 4, arch["num_experts"], top_k)
     with decode.offloaded(model, [0, 1], 4, "cpu", 8) as off:
         arm = off.arm("lru", make, 4, 50)
         decode.use(model, arm, off.own)
@@ -417,7 +418,7 @@ def test_pooled_block_runs_the_models_own_kernel(smoke_run, implementation):
     own = model.model.layers[1].mlp
     expected = own(x)
     with decode.offloaded(model, [1], 16, "cpu", 8) as off:
-        make = decode.policy_factory({"policy": "all"}, 16, 16, arch["num_experts_per_tok"])
+        make = decode.policy_factory(run_spec("all"), 16, 16, arch["num_experts_per_tok"])
         block = off.arm("all", make, 16).blocks[1]
         block.reset()
         assert torch.allclose(block(x), expected, atol=1e-6)
@@ -522,7 +523,7 @@ def test_the_causal_rules_decode_closed_loop_as_they_replay(smoke, tmp_path):
     }
     with decode.offloaded(model, layers, capacity, "cpu", 8) as off:
         arms = [
-            off.arm(name, decode.policy_factory({"policy": name, "params": p}, capacity, n, k), 8)
+            off.arm(name, decode.policy_factory(run_spec(name, p), capacity, n, k), 8)
             for name, p in rules.items()
         ]
         results = decode.decode(model, sequences[:2], "cpu", arms, off.own, 2)
@@ -558,9 +559,9 @@ def test_a_shard_plans_its_runs_at_1x_and_the_first_shard_every_multiplier(smoke
     from moecache.harness import runs
 
     smoke_config["harness"]["runs"] = {
-        "lru": {"policy": "lru", "multipliers": [1, 10, 50]},
-        "ff": {"policy": "farthest-future", "capacity": 12, "multipliers": [1, 10]},
-        "lfu": {"policy": "lfu", "shards": ["b"]},
+        "lru": run_spec("lru", multipliers=[1, 10, 50]),
+        "ff": run_spec("farthest-future", capacity=12, multipliers=[1, 10]),
+        "lfu": run_spec("lfu", shards=["b"]),
     }
     first = runs.plan_shard(smoke_config, "a", "a")
     assert list(first) == ["lru-x1", "lru-x10", "lru-x50", "ff-x1", "ff-x10"]
@@ -580,12 +581,12 @@ def test_decode_refuses_bad_input_in_one_line(smoke_run, tmp_path):
     cases = [
         (
             "c",
-            {"lru": {"policy": "lru", "shards": ["a"]}},
+            {"lru": run_spec("lru", shards=["a"])},
             "shard c: no run of harness.runs decodes it",
         ),
         (
             "a",
-            {"lru": {"policy": "lru", "shards": ["b"]}, "ff": {"policy": "farthest-future"}},
+            {"lru": run_spec("lru", shards=["b"]), "ff": run_spec("farthest-future")},
             "run ff: reads the demand of lru at 1x, which shard a does not decode",
         ),
     ]
@@ -604,11 +605,11 @@ def test_bad_policy_parameters_in_config(smoke_config):
 
     runs = smoke_config["harness"]["runs"]
     cases = [
-        ({"policy": "lru", "capacity": 17}, "capacity 17 <= experts 16"),
-        ({"policy": "lru", "capacity": 3}, "top-k 4 <= capacity 3"),
-        ({"policy": "belady"}, "unknown policy 'belady'"),
-        ({"policy": "dwell", "params": {"k": 4, "dwell": 2}}, "unknown parameter 'dwell'"),
-        ({"policy": "dwell", "params": {"k": 0}}, "k 0 and window 0 must be >= 1"),
+        (run_spec("lru", capacity=17), "capacity 17 <= experts 16"),
+        (run_spec("lru", capacity=3), "top-k 4 <= capacity 3"),
+        (run_spec("belady"), "unknown policy 'belady'"),
+        (run_spec("dwell", {"k": 4, "dwell": 2}), "unknown parameter 'dwell'"),
+        (run_spec("dwell", {"k": 0}), "k 0 and window 0 must be >= 1"),
     ]
     for spec, message in cases:
         runs["bad"] = spec

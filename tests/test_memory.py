@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, TINY_ARCH, load_yaml
+from conftest import REPO, TINY_ARCH, load_settings, load_yaml
 
 from moecache import config as configs
 from moecache import gpu
@@ -135,7 +135,7 @@ def test_the_accountants_peaks_are_the_plans_for_every_config(path, tmp_path):
 
 
 def held_to_the_plan(path, tmp_path) -> None:
-    settings, folder = one_moe_layer(load_yaml(path), tmp_path)
+    settings, folder = one_moe_layer(load_settings(path), tmp_path)
     sequences = [list(range(1, TOKENS + 1)), list(range(7, 7 + TOKENS))]
     planned = plan.plan(settings, source=str(folder), tokens=TOKENS)
 

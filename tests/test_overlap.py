@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sharp_model import random_sequences, sharp_model
 
 from moecache import policies
+from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.harness import copy_engine, decode
 from moecache.harness.async_pool import AsyncExpertPool
@@ -45,7 +46,7 @@ def run(model, sequences, arms_of, multiplier=1):
     """Decode the arms `arms_of(off, make)` builds; `make(rule)` a policy factory."""
 
     def make(rule, **params):
-        spec = {"policy": rule, "params": params}
+        spec = run_spec(rule, params)
         return decode.policy_factory(spec, CAPACITY, EXPERTS, TOP_K)
 
     with decode.offloaded(model, LAYERS, CAPACITY, "cpu", 1) as off:
@@ -165,7 +166,7 @@ def test_an_oracle_arm_without_a_trace_is_refused(model, sequences):
 
 
 def test_prefetching_under_a_restricting_policy_is_refused(model):
-    make = decode.policy_factory({"policy": "dwell"}, CAPACITY, EXPERTS, TOP_K)
+    make = decode.policy_factory(run_spec("dwell"), CAPACITY, EXPERTS, TOP_K)
     with decode.offloaded(model, LAYERS, CAPACITY, "cpu", 1) as off:
         with pytest.raises(MoecacheError, match="lossless eviction rule"):
             off.arm("dwell/pregate", make, CAPACITY, block=overlapped("pregate"))

@@ -2,6 +2,7 @@
 
 import pytest
 
+from moecache.config import run_spec
 from moecache.costs import overlap
 from moecache.errors import MoecacheError
 from moecache.harness.runs import cut_demand, scaled_sequences
@@ -114,8 +115,8 @@ def test_a_prefetch_under_a_rule_that_ranks_only_inside_its_kernel_is_refused():
     from moecache.harness import decode
     from moecache.harness.overlapped_block import refuse_unranked
 
-    lfu = decode.policy_factory({"policy": "lfu"}, 4, 8, 2)()
-    lru = decode.policy_factory({"policy": "lru"}, 4, 8, 2)()
+    lfu = decode.policy_factory(run_spec("lfu"), 4, 8, 2)()
+    lru = decode.policy_factory(run_spec("lru"), 4, 8, 2)()
     refuse_unranked("pregate", lru)
     refuse_unranked("none", lfu)
     with pytest.raises(MoecacheError, match="prefetch pregate: needs a lossless eviction rule"):

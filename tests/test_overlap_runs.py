@@ -14,6 +14,7 @@ from conftest import REPO, load_yaml
 from run_records import bandwidth_record, gates_record
 
 from moecache import config as configs
+from moecache.config import run_spec
 from moecache.harness import jobs
 from moecache.model import tiny
 from moecache.records.io import read_run
@@ -22,16 +23,11 @@ from moecache.report.tables import overlap as overlap_part
 from moecache.report.tables import table1 as build_table1
 
 RUNS = {
-    "all": {"policy": "all", "capacity": 16},
-    "lru": {"policy": "lru", "multipliers": [1, 10]},
-    "lru-pregate": {
-        "policy": "lru",
-        "overlap": True,
-        "prefetch": "pregate",
-        "multipliers": [1, 10],
-    },
-    "ff-oracle": {"policy": "farthest-future", "overlap": True, "prefetch": "oracle"},
-    "dwell-overlap": {"policy": "dwell", "params": {"k": 4, "window": 8}, "overlap": True},
+    "all": run_spec("all", capacity=16),
+    "lru": run_spec("lru", multipliers=[1, 10]),
+    "lru-pregate": run_spec("lru", overlap=True, prefetch="pregate", multipliers=[1, 10]),
+    "ff-oracle": run_spec("farthest-future", overlap=True, prefetch="oracle"),
+    "dwell-overlap": run_spec("dwell", {"k": 4, "window": 8}, overlap=True),
 }
 
 
@@ -39,15 +35,15 @@ RUNS = {
     ("run", "message"),
     [
         (
-            {"policy": "lru", "prefetch": "pregate"},
+            run_spec("lru", prefetch="pregate"),
             "config key harness.runs.x.prefetch: prefetching needs overlap: true",
         ),
         (
-            {"policy": "lru", "overlap": True, "prefetch": "psychic"},
+            run_spec("lru", overlap=True, prefetch="psychic"),
             "config key harness.runs.x.prefetch: prefetch 'psychic': not one of",
         ),
         (
-            {"policy": "dwell", "overlap": True, "prefetch": "pregate"},
+            run_spec("dwell", overlap=True, prefetch="pregate"),
             "config key harness.runs.x.prefetch: pregate needs a lossless eviction rule",
         ),
     ],

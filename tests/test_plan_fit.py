@@ -20,6 +20,7 @@ from run_records import run_record, sequence_row
 
 from moecache import cli
 from moecache import config as configs
+from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.plan import RESERVE_GIB, cards, fit, inputs
 from moecache.replay import convert
@@ -320,7 +321,7 @@ def test_a_checkpoint_folder_offloads_its_moe_layers_only(tmp_path):
     settings = configs.load(REPO / "config" / "config.yaml")
     settings["model"] = {"source": "elsewhere", "family": "qwen3_moe", "dtype": "float32"}
     settings["model"]["architecture"] = arch
-    settings["harness"].update(restricted_layers=[1], capacity=8, runs={"lru": {"policy": "lru"}})
+    settings["harness"].update(restricted_layers=[1], capacity=8, runs={"lru": run_spec("lru")})
     settings["corpus"]["heldout"]["max_tokens"] = 16
     at = {c: fit.sized(settings, c, [1, 2], folder) for c in (10, 11)}
     budget = fit.device_peak(at[10]) / GIB

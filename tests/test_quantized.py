@@ -31,6 +31,8 @@ from moecache.schedule import plan
 sys.path.insert(0, str(Path(__file__).parent / "rehearsal"))
 import build as rehearsal  # noqa: E402
 
+from moecache.config import run_spec
+
 REPO = Path(__file__).parents[1]
 BASE = {
     "num_hidden_layers": 3,
@@ -162,7 +164,7 @@ def test_the_pooled_block_equals_transformers_dequantized_block(saved):
     model, ref = load(family, folder), reference(folder)
     adapter = registry.of(model)
     sizes = adapter.sizes(model.config)
-    make = decode.policy_factory({"policy": "lru"}, CAPACITY, sizes.num_experts, 2)
+    make = decode.policy_factory(run_spec("lru"), CAPACITY, sizes.num_experts, 2)
     generator = torch.Generator().manual_seed(3)
     with decode.offloaded(model, LAYERS, CAPACITY, "cpu", 1) as off, torch.no_grad():
         arm = off.arm("lru", make, CAPACITY)
@@ -227,9 +229,9 @@ def test_the_plan_counts_the_stored_bytes_the_pool_holds(saved):
 
 
 def test_gpt_oss_20b_plans_its_experts_at_about_a_quarter_of_bfloat16():
-    from conftest import load_yaml
+    from conftest import load_settings
 
-    settings = load_yaml(REPO / "config" / "gpt-oss-20b.yaml")
+    settings = load_settings(REPO / "config" / "gpt-oss-20b.yaml")
     report = plan.plan(settings)
     h = i = 2880
     blocks_and_scales = (2 * i * h + h * i) * (1 / 2 + 1 / 32)

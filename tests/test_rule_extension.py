@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from moecache import policies
+from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.policies import EventPolicy
 from moecache.records.demand import from_arrays
@@ -98,7 +99,7 @@ def test_the_new_rule_decodes_the_tiny_model(added):
     layers, experts, top_k, capacity = [1, 2], 16, 4, 8
     model, sequences, names = sharp_model(), random_sequences([9, 7]), (NAME, "fifo")
     with decode.offloaded(model, layers, capacity, "cpu", 1) as off:
-        factory = {n: decode.policy_factory({"policy": n}, capacity, experts, top_k) for n in names}
+        factory = {n: decode.policy_factory(run_spec(n), capacity, experts, top_k) for n in names}
         arms = [off.arm(name, factory[name], capacity) for name in names]
         results = decode.decode(model, sequences, "cpu", arms, off.own, warmup_tokens=2)
     ours, fifo = results[NAME], results["fifo"]

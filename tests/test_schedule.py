@@ -3,14 +3,14 @@ only: no corpus), against the Snakefile's list of every results file (the whole 
 
 from __future__ import annotations
 
-from conftest import REPO, load_yaml
+from conftest import REPO, load_settings
 
 from moecache.runs import RunName
 from moecache.schedule import runs
 
 
 def test_a_decode_jobs_settings_name_the_runs_the_workflow_expects():
-    config = load_yaml(REPO / "config" / "config.yaml")
+    config = load_settings(REPO / "config" / "config.yaml")
     job = {"model": config["model"], "harness": config["harness"]}  # as the decode rule passes
     expected = runs.decoded(config, kept=True)
     first = next(iter(config["corpus"]["heldout"]["shards"]))

@@ -154,8 +154,8 @@ def batch_shapes(sizes: list[int], batched: dict) -> list[BatchShape]:
     return [
         BatchShape(size, batching, prefill)
         for size in sizes
-        for batching in batched.get("batching", ["static"])
-        for prefill in batched.get("prefill", [0])
+        for batching in batched["batching"]
+        for prefill in batched["prefill"]
         if batching == "static" or prefill == 0
     ]
 

@@ -45,9 +45,12 @@ def replayed_batched(shard=None):
     """The batched replay of the first trace shard (or `shard`) at every B of
     replay.batch_sizes, in harness.batched's batching modes, without prefill (the
     harness reports the prefill's copies; `moecache replay --prefill` replays them)."""
-    batching = config.get("harness", {}).get("batched", {}).get("batching", ["static"])
+    batched = config.get("harness", {}).get("batched")  # a trace study has no harness
+    if batched is None:
+        batched = {"batching": configs.schema_default("harness", "batched", "batching")}
+    batching = batched["batching"]
     shapes = batch_shapes(
-        config["replay"].get("batch_sizes", []), {"batching": batching}
+        config["replay"].get("batch_sizes", []), {"batching": batching, "prefill": [0]}
     )
     shard = shard or TRACE_SHARDS[0]
     return [f"results/replay/{shard}/batched/{shape}.json" for shape in shapes]

@@ -14,6 +14,7 @@ from moecache.runs import RunName
 from moecache.schedule import threads as job_threads
 
 try:
+    configs.fill_defaults(config)  # before validate(), which would share each default
     validate(config, "../schemas/config.schema.yaml")
     configs.check(config)
 except WorkflowError as error:
@@ -62,7 +63,7 @@ DEVICE_TAG = config["harness"]["device"].replace(":", "")
 BANDWIDTH = f"results/bandwidth/{DEVICE_TAG}.json"  # this machine's copy time
 TRACE_RUN = config["harness"]["trace_run"]
 TRACE = f"results/traces/{{shard}}/{RunName(TRACE_RUN)}.parquet"
-TRACE_CAPACITY = RUNS[TRACE_RUN].get("capacity", config["harness"]["capacity"])
+TRACE_CAPACITY = configs.capacity_of(config["harness"], RUNS[TRACE_RUN])
 TRACE_SHARDS = configs.run_shards(RUNS[TRACE_RUN], config)
 
 

@@ -25,7 +25,7 @@ rule controller_train:
         "benchmarks/controller/train/{heads}.tsv"
     conda:
         CONDA_ENV
-    threads: CONTROLLER.get("threads", 1)
+    threads: CONTROLLER["threads"]
     resources:
         gpu=1,
     params:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.harness import decode
 from moecache.runs import AccuracyRowName, HeadsName, point_name
@@ -42,9 +43,9 @@ def rows_of(accuracy: dict, harness: dict, num_experts: int, thresholds: dict, h
     k, capacity = accuracy["switch_every"], harness["capacity"]
     window = {"k": k, "window": accuracy["window"]}
     rows = [
-        Row("free", {"policy": "all"}, num_experts),
-        Row("oracle-set", {"policy": "oracle-set", "params": window}, capacity, True),
-        Row("recent-use", {"policy": "dwell", "params": window}, capacity),
+        Row("free", run_spec("all"), num_experts),
+        Row("oracle-set", run_spec("oracle-set", window), capacity, True),
+        Row("recent-use", run_spec("dwell", window), capacity),
     ]
     for label, by_seed in (
         ("matched", thresholds),
@@ -59,7 +60,7 @@ def rows_of(accuracy: dict, harness: dict, num_experts: int, thresholds: dict, h
             rows.append(
                 Row(
                     str(AccuracyRowName(seed, label)),
-                    {"policy": "controller", "params": params},
+                    run_spec("controller", params),
                     capacity,
                 )
             )

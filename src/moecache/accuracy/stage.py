@@ -44,7 +44,7 @@ def build_task(settings: dict, name: str, documents: list[Path], out_dir: Path) 
             settings["seed"],
             spec["context_words"],
             spec["continuation_words"],
-            distractors=spec.get("distractors", "other-documents"),
+            distractors=spec["distractors"],
         )
     kind = "docs" if spec["kind"] == "docs" else "mmlu"
     return tasks.write_task(out_dir, task_name(name), rows, kind)
@@ -140,7 +140,7 @@ def summary(frame: pd.DataFrame, rows: list, seed: int) -> list[dict]:
             {
                 "row": row.name,
                 "policy": row.spec["policy"],
-                "params": row.spec.get("params", {}),
+                "params": row.spec["params"],
                 "accuracy": float(correct.mean()),
                 "accuracy_ci": bootstrap_ratio(correct, ones, seed),
                 "retention": float(correct.sum() / free.sum()) if kept else None,

@@ -184,7 +184,7 @@ def cmd_tiers_grid(args):
         [host_size(str(h)) for h in grid["hosts"]],
         grid["rules"],
         grid["admissions"],
-        grid.get("host_rule", "lru"),
+        grid["host_rule"],
         tier_report.prices(settings["tiers"]),
     )
     # Replay runs on the CPU, whatever the harness's device.

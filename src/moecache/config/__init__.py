@@ -7,14 +7,18 @@ names the offending key, so a bad config stops before any job runs.
 
 from __future__ import annotations
 
+import copy
+import functools
 from importlib import resources
 from pathlib import Path
 
 import jsonschema
 import yaml
 
+from moecache.config import defaults
 from moecache.config.keys import (
     ConfigError,
+    capacity_of,
     embedded,
     family,
     fan_out,
@@ -32,9 +36,38 @@ from moecache.config.stages import (
 from moecache.errors import MoecacheError
 
 
+@functools.cache
+def schema_text() -> str:
+    return resources.files("moecache").joinpath("config.schema.yaml").read_text()
+
+
 def schema() -> dict:
-    text = resources.files("moecache").joinpath("config.schema.yaml").read_text()
-    return yaml.safe_load(text)
+    return yaml.safe_load(schema_text())
+
+
+def schema_default(*path: str):
+    """The schema's default of the key at `path` (e.g. "harness", "gate_repeats"), for a
+    caller that builds settings of its own (the GPU check's harness)."""
+    return defaults.section_schema(schema(), path)["default"]
+
+
+def fill_defaults(config: dict) -> dict:
+    """`config` with every default of the schema filled in, in place: each default object
+    a copy of its own (Snakemake's `validate` would share one between runs)."""
+    return defaults.fill(config, schema())
+
+
+def with_defaults(section: dict, *path: str) -> dict:
+    """A copy of the config section at `path` (e.g. "harness") with its defaults filled, for
+    a caller holding a section, not a whole config (tests, the GPU check)."""
+    section = copy.deepcopy(section)
+    return defaults.fill(section, defaults.section_schema(schema(), path))
+
+
+def run_spec(policy: str, params: dict | None = None, **keys) -> dict:
+    """A harness run the code decodes itself (the gates', the probe's, a stage's rows), as a
+    config's run reads once loaded: every default of harness.runs filled in."""
+    return with_defaults({"policy": policy, "params": params or {}, **keys}, "harness", "runs", "*")
 
 
 def key_path(path) -> str:
@@ -65,6 +98,7 @@ def validate_schema(config: dict, required: tuple[str, ...] | None = None) -> No
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.path)))
     if errors:
         raise ConfigError(describe(jsonschema.exceptions.best_match(errors)))
+    fill_defaults(config)
     if "model" in config:
         known_family(config)
 
@@ -175,21 +209,21 @@ def check_runs(config: dict) -> None:
         )
     # The layer probe decodes with Dwell-k at its own k and window.
     window = {key: harness["probe"][key] for key in ("k", "window")}
-    probe = {"policy": "dwell", "params": window, "where": "harness.probe"}
+    probe = run_spec("dwell", window)
+    probe["where"] = "harness.probe"
     for name, run in {**harness["runs"], "probe": probe}.items():
         where = f"config key {run.get('where', f'harness.runs.{name}')}"
-        capacity = run.get("capacity", harness["capacity"])
         try:
             policy = policies.make(
                 run["policy"],
-                capacity,
+                capacity_of(harness, run),
                 arch["num_experts"],
                 arch["num_experts_per_tok"],
-                run.get("params", {}),
+                run["params"],
             )
         except MoecacheError as error:
             raise ConfigError(f"{where}: {error}") from None
-        for shard in run.get("shards", []):
+        for shard in run_shards(run, config):
             if shard not in shards:
                 raise ConfigError(f"{where}.shards: no held-out shard {shard!r}")
         scaled = [m for m in run_multipliers(run) if m > 1]
@@ -208,12 +242,12 @@ def needs_trace(policy, run: dict, where: str) -> bool:
     a prefetch without overlap, or an unknown prefetcher, refuses with one line."""
     from moecache import prefetch
 
-    if "prefetch" in run and not run.get("overlap"):
-        raise ConfigError(f"{where}.prefetch: prefetching needs overlap: true")
-    if not run.get("overlap"):
+    if not run["overlap"]:
+        if run["prefetch"] != "none":
+            raise ConfigError(f"{where}.prefetch: prefetching needs overlap: true")
         return policy.needs_future
     try:
-        prefetcher = prefetch.make(run.get("prefetch", "none"), run.get("prefetch_params"))
+        prefetcher = prefetch.make(run["prefetch"], run["prefetch_params"])
     except MoecacheError as error:
         raise ConfigError(f"{where}.prefetch: {error}") from None
     if prefetcher.name != "none" and (policy.restricts or policy.needs_probs):

@@ -21,9 +21,13 @@ MAX_EXPERTS = 16
 
 
 def run_multipliers(run: dict) -> list[int]:
-    """A harness run's copy multipliers: its `multipliers`, by default [1] (the machine's own
-    link). The one place the default is written; everything reads it here."""
-    return run.get("multipliers", [1])
+    """A harness run's copy multipliers (the schema's default: [1], the machine's own link)."""
+    return run["multipliers"]
+
+
+def capacity_of(harness: dict, run: dict) -> int:
+    """A run's device slots per restricted layer: its own `capacity`, else harness.capacity."""
+    return run.get("capacity", harness["capacity"])
 
 
 def run_shards(run: dict, config: dict) -> list[str]:
@@ -40,8 +44,8 @@ def run_decodes_shard(run: dict, shard: str) -> bool:
 
 
 def fan_out(config: dict) -> str:
-    """harness.fan_out, `shard` when left out; anything else refuses with one line."""
-    mode = config["harness"].get("fan_out", FAN_OUTS[0])
+    """harness.fan_out; anything but FAN_OUTS refuses with one line."""
+    mode = config["harness"]["fan_out"]
     if mode not in FAN_OUTS:
         raise ConfigError(
             f"config key harness.fan_out: {mode!r} is not one of {', '.join(FAN_OUTS)}"
@@ -50,8 +54,8 @@ def fan_out(config: dict) -> str:
 
 
 def family(config: dict) -> str:
-    """The model family (transformers' model_type), olmoe unless the config names one."""
-    return config["model"].get("family", "olmoe")
+    """The model family (transformers' model_type)."""
+    return config["model"]["family"]
 
 
 def embedded(config: dict) -> bool:

@@ -39,7 +39,7 @@ def check_batched(config: dict) -> None:
             )
         if first not in run_shards(run, config):
             raise ConfigError(f"{where}.runs: {name!r} does not decode the first shard {first!r}")
-        if run.get("overlap"):
+        if run["overlap"]:
             raise ConfigError(f"{where}.runs: {name!r} overlaps its copies (batch one only)")
 
 

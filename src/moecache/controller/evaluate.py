@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from moecache import config as configs
 from moecache.errors import MoecacheError
 from moecache.records.controller import LongerSummary
 from moecache.records.io import read_run, write_record, write_run
@@ -31,11 +32,8 @@ def run_name(heads: str, threshold: float) -> str:
 
 
 def controller_run(path, threshold: float, multiplier: int) -> dict:
-    return {
-        "policy": "controller",
-        "params": {"weights": str(path), "threshold": threshold},
-        "multipliers": [multiplier],
-    }
+    params = {"weights": str(path), "threshold": threshold}
+    return configs.run_spec("controller", params, multipliers=[multiplier])
 
 
 def with_runs(settings: dict, runs: dict) -> dict:

@@ -126,7 +126,7 @@ def train(settings, kind, seed, price, model_source, tokenizer_source, text_path
             f"controller: unknown objective {kind!r} (known: {', '.join(OBJECTIVES)})"
         )
     ctl, harness = settings["controller"], settings["harness"]
-    torch.set_num_threads(ctl.get("threads", 1))
+    torch.set_num_threads(ctl["threads"])
     torch.manual_seed(seed)
     # The heads train through every layer's own experts: the whole model on the device.
     model = jobs.load_model(settings, model_source, harness["device"], offload=False)

@@ -72,7 +72,7 @@ def policy_factory(spec: dict, capacity: int, num_experts: int, top_k: int, size
     replay builds rules), else size * top_k, the widest possible. Refuses, in one line, a
     policy the union block cannot run."""
     width = min(widest or size * top_k, num_experts)
-    name, params = spec["policy"], spec.get("params", {})
+    name, params = spec["policy"], spec["params"]
 
     def make():
         # A lossless rule serves requests of at most min(W, C) experts (a round is at most C).

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from moecache import provenance
+from moecache.config.keys import capacity_of
 from moecache.errors import MoecacheError
 from moecache.harness import batched, continuous, decode, decode_totals, gates, link, nll
 from moecache.harness.union_block import UnionBlock
@@ -37,7 +38,7 @@ def plan(settings: dict, size: int, run: str | None = None, shape=None) -> list:
     """(shape, run names) to decode at B = `size`: every run at every shape, or `run` at
     `shape` beside the all-resident reference; a bad choice refuses in one line."""
     harness = settings["harness"]
-    if size not in harness.get("batch_sizes", []):
+    if "batch_sizes" not in harness or size not in harness["batch_sizes"]:
         raise MoecacheError(f"--batch {size}: not one of harness.batch_sizes")
     config = harness["batched"]
     shapes = batch_shapes([size], config)
@@ -90,7 +91,7 @@ def decode_shapes(settings, model, sequences, trace_path, planned: list) -> dict
     config, device, layers = harness["batched"], harness["device"], harness["restricted_layers"]
     runs = harness["runs"]
     names = {name for _, group in planned for name in group}
-    capacities = {name: runs[name].get("capacity", harness["capacity"]) for name in names}
+    capacities = {name: capacity_of(harness, runs[name]) for name in names}
     recorded = trace.read_futures(trace_path, layers)  # once: every shape cuts its own
     results = {}
     with decode.offloaded(
@@ -161,8 +162,8 @@ def report(settings, shard, name, shape: BatchShape, result: dict, interleaved) 
     return {
         "run": name,
         "policy": spec["policy"],
-        "params": spec.get("params", {}),
-        "capacity": spec.get("capacity", settings["harness"]["capacity"]),
+        "params": spec["params"],
+        "capacity": capacity_of(settings["harness"], spec),
         "shard": shard,
         "shape": str(shape),
         "lossless": not restricts(settings, name),

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from moecache import config as configs
-from moecache.harness import gates, paper_check
+from moecache.harness import paper_check
 from moecache.harness.check_models import SCALE
 from moecache.model import registry
 
@@ -19,16 +19,11 @@ SMOKE_CONFIG = Path(__file__).resolve().parents[3] / "config" / "smoke.yaml"
 
 SEED = 0
 # The smoke harness settings the check reads from config/smoke.yaml, and what it holds a
-# GPU to beyond them (the smoke file's own are for seconds-scale runs on a shared CPU):
-# the embedded default's throughput floor and gate passes, a warm-up and a ring as a run's.
+# GPU to beyond them (the smoke file's own are for seconds-scale runs on a shared CPU): a
+# warm-up and a ring as a run's; the throughput floor and gate passes are the schema's
+# defaults, filled in with the rest.
 SMOKE_HARNESS_KEYS = ("restricted_layers", "capacity", "threads", "trace_run", "probe")
-GPU_HARNESS = {
-    "warmup_tokens": 8,
-    "gate_repeats": gates.GATE_REPEATS,
-    "link_ring_mib": 64,
-    "min_throughput_ratio": gates.MIN_THROUGHPUT_RATIO,
-    "runs": {"lru": {"policy": "lru"}},
-}
+GPU_HARNESS = {"warmup_tokens": 8, "link_ring_mib": 64, "runs": {"lru": {"policy": "lru"}}}
 SEQUENCES, TOKENS = 8, 128  # enough tokens that the pooled/own ratio is told from 0.95
 DTYPES = ("float32", "bfloat16")
 # The other families with an adapter, each a tiny model through the gates (the smoke model
@@ -105,15 +100,17 @@ class Sizes:
     budget_s: float = BUDGET_S
 
 
-def smoke_sizes(device: str, *, arch=None, vocab=None, harness=None, paper=None, **rest) -> Sizes:
+def smoke_sizes(
+    device: str, *, arch=None, vocab=None, harness=None, paper=None, tokens=TOKENS, **rest
+) -> Sizes:
     """The check's sizes on `device`: config/smoke.yaml's model and harness (read with the
     project's config loader), GPU_HARNESS over its harness, then the given overrides."""
     smoke = configs.load(SMOKE_CONFIG)
     arch = dict(arch or smoke["model"]["architecture"])
-    tokens = rest.get("tokens", TOKENS)
     arch["max_position_embeddings"] = max(arch["max_position_embeddings"], tokens)
     own = {key: smoke["harness"][key] for key in SMOKE_HARNESS_KEYS}
     harness = {**copy.deepcopy(own), **GPU_HARNESS, **(harness or {}), "device": device}
+    harness = configs.with_defaults(harness, "harness")
     ordered = {
         k: tuple(sorted(set(rest[k]))) for k in ("multipliers", "paper_multipliers") if k in rest
     }
@@ -123,6 +120,7 @@ def smoke_sizes(device: str, *, arch=None, vocab=None, harness=None, paper=None,
         harness=harness,
         experts_implementation=smoke["model"]["experts_implementation"],
         paper={**PAPER_LAYER, **(paper or {})},
+        tokens=tokens,
         **{**rest, **ordered},
     )
 

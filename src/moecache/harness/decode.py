@@ -352,7 +352,7 @@ def finish(arm: Arm, repeats: int, seed: int) -> dict:
 
 def policy_factory(spec: dict, capacity: int, num_experts: int, top_k: int):
     def make():
-        return policies.make(spec["policy"], capacity, num_experts, top_k, spec.get("params", {}))
+        return policies.make(spec["policy"], capacity, num_experts, top_k, spec["params"])
 
     make()  # fail now, with one line, on a bad name or parameter
     return make

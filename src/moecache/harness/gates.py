@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 
+from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.harness import decode, link, nll
 from moecache.intervals import bootstrap_ratio
@@ -18,17 +19,14 @@ from moecache.model import registry
 from moecache.model.memory import ring_mib
 from moecache.records.gates import BATCHED_TOLERANCE, POOL_TOLERANCE
 
-MIN_THROUGHPUT_RATIO = 0.95
-GATE_REPEATS = 3
-
 
 def lossless_runs(capacity: int, num_experts: int, reference=True) -> dict[str, tuple[dict, int]]:
     """The gates' lossless runs; `reference`: with the pool at C = N (where the device holds
     it: schedule/plan.py reference_left_out)."""
     runs = {
-        "lru": ({"policy": "lru"}, capacity),
-        "dwell-1-window-1": ({"policy": "dwell", "params": {"k": 1, "window": 1}}, capacity),
-        "all-resident": ({"policy": "all"}, num_experts),
+        "lru": (run_spec("lru"), capacity),
+        "dwell-1-window-1": (run_spec("dwell", {"k": 1, "window": 1}), capacity),
+        "all-resident": (run_spec("all"), num_experts),
     }
     return runs if reference else {k: v for k, v in runs.items() if k != "all-resident"}
 
@@ -41,7 +39,7 @@ def run(model, sequences, harness: dict, seed: int = 0, left_out: str | None = N
     # The own block and the pool at C = N token by token (their speeds are compared),
     # then the other lossless runs, which share the pool's slots, sequence by sequence.
     compared = ["base", "all-resident"] if left_out is None else ["base"]
-    repeats = harness.get("gate_repeats", GATE_REPEATS)
+    repeats = harness["gate_repeats"]
     results = decode_gate_runs(model, sequences, harness, runs, compared, repeats, seed)
     # Every reference to the arms' pools went with decode_gate_runs' frame: collected now,
     # so that the slots are given back before the whole-sequence evaluation stages a layer
@@ -53,7 +51,7 @@ def run(model, sequences, harness: dict, seed: int = 0, left_out: str | None = N
         "batched_nll": nll.batched_nll(model, sequences, harness["device"]),
         "runs": {name: results[name]["totals"] for name in runs},
         "reference_left_out": left_out,
-        "min_throughput_ratio": harness.get("min_throughput_ratio", MIN_THROUGHPUT_RATIO),
+        "min_throughput_ratio": harness["min_throughput_ratio"],
         "gate_repeats": repeats,
         # Per sequence (median pass), so that a slow stretch can be found in the ratio's spread.
         "step_seconds": {

@@ -178,7 +178,7 @@ def run_probe(settings, model_source, sequences_path, gates_path, out) -> dict:
     model, sequences = load(settings, model_source, sequences_path)
     arch = settings["model"]["architecture"]
     window = {key: harness["probe"][key] for key in ("k", "window")}
-    spec = {"policy": "dwell", "params": window}
+    spec = configs.run_spec("dwell", window)
     make = decode.policy_factory(
         spec, harness["capacity"], arch["num_experts"], arch["num_experts_per_tok"]
     )
@@ -237,8 +237,8 @@ def run_link_check(settings, model_source, sequences_path, out) -> dict:
     several short ones, so that the shuffled order puts every link in every place."""
     model, sequences = load(settings, model_source, sequences_path)
     harness = settings["harness"]
-    tokens = harness.get("link_check_tokens", 96)
-    sequences = [ids[:tokens] for ids in sequences[: harness.get("link_check_sequences", 4)]]
+    tokens = harness["link_check_tokens"]
+    sequences = [ids[:tokens] for ids in sequences[: harness["link_check_sequences"]]]
     arch = settings["model"]["architecture"]
     ring = ring_mib(harness)
     report = link_check.run(model, sequences, harness, arch, ring, settings["seed"])

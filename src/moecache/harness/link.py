@@ -44,7 +44,7 @@ from moecache.model.memory import DEVICE, HOST, HOST_CLOCK, LEDGER, ring_blocks,
 
 def configured(harness: dict) -> str:
     """The link kind a harness config asks for (`harness.slow_link`, default auto)."""
-    return harness.get("slow_link", "auto")
+    return harness["slow_link"]
 
 
 def multipliers(harness: dict) -> list[int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.harness import decode, link
 
@@ -25,7 +26,7 @@ def run(model, sequences, harness: dict, arch: dict, ring_mib: int, seed: int = 
         raise MoecacheError("link check: no run of harness.runs has a multiplier above 1")
     kinds = KINDS_ON[torch.device(device).type]
     make = decode.policy_factory(
-        {"policy": "lru"}, capacity, arch["num_experts"], arch["num_experts_per_tok"]
+        run_spec("lru"), capacity, arch["num_experts"], arch["num_experts_per_tok"]
     )
     layers = harness["restricted_layers"]
     with decode.offloaded(model, layers, capacity, device, ring_mib, link=kinds[0]) as off:

@@ -26,8 +26,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-import yaml
 
+from moecache import config as configs
+from moecache.config import run_spec
 from moecache.harness import gates, jobs, runs
 from moecache.harness.check_models import paper_checkpoint, smoke_sequences
 from moecache.model import checkpoint, registry
@@ -44,9 +45,9 @@ OVERLAPPED = ("lru-overlap", "lru-overlap-pregate")
 # at 1x and at the slower link: the 1x runs interleaved token by token in one pass, each
 # scaled run in lockstep beside its own 1x twin (runs.decode_runs).
 TIMED_RUNS = {
-    BLOCKING: {"policy": "lru"},
-    OVERLAPPED[0]: {"policy": "lru", "overlap": True},
-    OVERLAPPED[1]: {"policy": "lru", "overlap": True, "prefetch": "pregate"},
+    BLOCKING: run_spec("lru"),
+    OVERLAPPED[0]: run_spec("lru", overlap=True),
+    OVERLAPPED[1]: run_spec("lru", overlap=True, prefetch="pregate"),
 }
 
 
@@ -78,7 +79,7 @@ PAPER_MODELS = {
 def checkpoint_config(model: PaperModel):
     """The checkpoint's published config, its layers cut to `model.layers`, no special
     token ids (random ids may be any), untied embeddings, `model.shrink` applied."""
-    settings = yaml.safe_load((CONFIGS / model.config).read_text())
+    settings = configs.load(CONFIGS / model.config)
     config = copy.deepcopy(plan.checkpoint_config(settings))
     config.num_hidden_layers = model.layers
     if getattr(config, "layer_types", None):
@@ -98,7 +99,7 @@ def paper_settings(model: PaperModel, config, folder, device: str, pace: dict) -
     written, the restricted layers, C = N/2 (the paper's 32 of 64), decoding on `device`;
     `pace`: tokens, warmup_tokens, repeats. The timed model decodes TIMED_RUNS at 1x and
     SLOW_MULTIPLIER, the other LRU at 1x."""
-    settings = yaml.safe_load((CONFIGS / model.config).read_text())
+    settings = configs.load(CONFIGS / model.config)
     sizes = registry.adapter_for(config.model_type).sizes(config)
     arch = settings["model"]["architecture"]
     arch.update({key: getattr(sizes, key) for key in checkpoint.ARCH_KEYS})
@@ -139,7 +140,7 @@ def load(model: PaperModel, folder: Path, device: str, pace: dict, seed: int) ->
     """`model` written to `folder` (drawn and quantized on `device`), planned, and loaded
     onto `device` by jobs.load_model (which resets the accountant)."""
     config = checkpoint_config(model)
-    dtype = yaml.safe_load((CONFIGS / model.config).read_text())["model"]["dtype"]
+    dtype = configs.load(CONFIGS / model.config)["model"]["dtype"]
     paper_checkpoint(config, checkpoint.DTYPES[dtype], folder, seed, model.stored, device)
     release(device)  # what drawing and quantizing left in the allocator's cache
     settings = paper_settings(model, config, folder, device, pace)

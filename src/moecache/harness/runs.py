@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
+from moecache import config as configs
 from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.harness import decode, gates, link, nll, overlap
@@ -119,7 +120,8 @@ def resident_spec(settings: dict) -> RunSpec:
     name = next((n for n, spec in runs.items() if spec["policy"] == RESIDENT), None)
     if name is None:
         num_experts = settings["model"]["architecture"]["num_experts"]
-        return run_spec(settings, "all-resident", {"policy": RESIDENT, "capacity": num_experts}, 1)
+        spec = configs.run_spec(RESIDENT, capacity=num_experts)
+        return run_spec(settings, "all-resident", spec, 1)
     return run_spec(settings, name, runs[name], 1)
 
 
@@ -130,7 +132,7 @@ def run_spec(settings: dict, name: str, spec: dict, multiplier: int, limit=None)
     make = decode.policy_factory(spec, capacity, arch["num_experts"], arch["num_experts_per_tok"])
     block, policy = overlapped_blocks(spec), make()
     if block is not None:  # refused now, before the model loads
-        refuse_unranked(spec.get("prefetch", "none"), policy)
+        refuse_unranked(spec["prefetch"], policy)
     traced = policy.needs_future or (block is not None and block().prefetcher.needs_trace)
     reads = str(RunName(harness["trace_run"])) if traced else None
     if block is not None and limit is None:
@@ -143,9 +145,9 @@ def run_spec(settings: dict, name: str, spec: dict, multiplier: int, limit=None)
 def overlapped_blocks(spec: dict):
     """An overlapped run's (`overlap: true`) factory of its arm's blocks: asynchronous
     copies and its prefetcher (harness/overlapped_block.py); None for a blocking run."""
-    if not spec.get("overlap"):
+    if not spec["overlap"]:
         return None
-    prefetch, params = spec.get("prefetch", "none"), spec.get("prefetch_params", {})
+    prefetch, params = spec["prefetch"], spec["prefetch_params"]
     overlapped(prefetch, **params)  # fails now, with one line, on a bad name or parameter
     return lambda: overlapped(prefetch, **params)
 
@@ -244,7 +246,7 @@ def refuse_lossy_lossless(runs: dict[str, RunSpec], results: dict) -> None:
 def pace(settings: dict) -> tuple[int, int, int]:
     """decode.decode's warm-up tokens, repeats and seed."""
     harness = settings["harness"]
-    return harness["warmup_tokens"], harness.get("repeats", 1), settings["seed"]
+    return harness["warmup_tokens"], harness["repeats"], settings["seed"]
 
 
 def decode_scaled(settings, model, sequences, off, group: list[RunSpec], demand) -> dict:
@@ -326,16 +328,16 @@ def results_report(settings, runs, decoded: Decoded, label, shard, gates_path) -
     """A run's results record, its provenance stamped (settings, versions, device)."""
     run = runs[label]
     result = decoded.results[label]
-    overlapped = bool(run.spec.get("overlap"))
+    overlapped = run.spec["overlap"]
     rows = tuple(SequenceRow.decoded(row) for row in result["sequences"])
     return RunResult(
         run=run.name,
         policy=run.spec["policy"],
-        params=run.spec.get("params", {}),
+        params=run.spec["params"],
         overlap=overlapped,
         restricts=run.make().restricts,
-        prefetch=run.spec.get("prefetch", "none") if overlapped else None,
-        prefetch_params=run.spec.get("prefetch_params", {}),
+        prefetch=run.spec["prefetch"] if overlapped else None,
+        prefetch_params=run.spec["prefetch_params"],
         capacity=run.capacity,
         multiplier=run.multiplier,
         shard=shard,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from moecache import config as configs
 from moecache import provenance
 from moecache.errors import MoecacheError
 from moecache.learned import fit
@@ -265,13 +266,13 @@ def closed_loop_shares(closed: dict, copies: dict, heldout: list[str]) -> dict:
 def closed_loop_runs(names: list[str], shard: str, scorers_dir: str = "results/learned/scorers"):
     """harness.runs entries decoding the scorers `names` (group/kind) that apply to `shard`."""
     return {
-        "learned-" + name.replace("/", "-"): {
-            "policy": "learned",
-            "params": {
+        "learned-" + name.replace("/", "-"): configs.run_spec(
+            "learned",
+            {
                 "weights": f"{scorers_dir}/{name}.safetensors",
                 "features": feature_set(name.split("/")[0]),
             },
-        }
+        )
         for name in names
         if applies(name, shard)
     }
@@ -285,7 +286,7 @@ def causal_runs(study) -> dict:
     and its next-use model, with the parameters it chose (the control is left out)."""
     chosen = {name: tuning["chosen"] for name, tuning in study.tuning.items()}
     chosen["next-use"] = study.next_use["chosen"]
-    return {CAUSAL + name: {"policy": name, "params": params} for name, params in chosen.items()}
+    return {CAUSAL + name: configs.run_spec(name, params) for name, params in chosen.items()}
 
 
 def causal_loop(settings, shard: str, study) -> tuple[dict, int | None]:

@@ -156,12 +156,11 @@ def tensor_bytes(tensors) -> int:
 # link allocates them and `moecache plan` counts them.
 LINK_KINDS = ("auto", "ring", "charge", "hold")
 HOST_CLOCK = ("charge", "hold")  # kinds that time copies on the host clock: CPU only
-DEFAULT_RING_MIB = 128
 
 
 def ring_mib(harness: dict) -> int:
     """The host ring's size in MiB (`harness.link_ring_mib`)."""
-    return harness.get("link_ring_mib", DEFAULT_RING_MIB)
+    return harness["link_ring_mib"]
 
 
 def slow_link_kind(kind: str, device) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from moecache.config import run_spec
 from moecache.harness import decode
 from moecache.model.memory import ring_mib
 from moecache.router_tuning import reward
@@ -17,8 +18,8 @@ from moecache.router_tuning import reward
 
 def arms_spec(tuning: dict) -> dict:
     return {
-        "lru": {"policy": "lru"},
-        "decayed-frequency": {"policy": "decayed-frequency", "params": {"decay": tuning["decay"]}},
+        "lru": run_spec("lru"),
+        "decayed-frequency": run_spec("decayed-frequency", {"decay": tuning["decay"]}),
     }
 
 

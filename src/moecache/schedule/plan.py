@@ -197,7 +197,7 @@ def stored_dtype(config) -> str | None:
 def ring_bytes(harness: dict, expert: int, layers: int) -> tuple[int, int]:
     """The slower link's device and host rings (harness/link.py SlowLink; none but on CUDA's
     `ring` kind), for C slots per offloaded layer, sized as SlowLink sizes them."""
-    if memory.slow_link_kind(harness.get("slow_link", "auto"), harness["device"]) != "ring":
+    if memory.slow_link_kind(harness["slow_link"], harness["device"]) != "ring":
         return 0, 0
     ring_mib = memory.ring_mib(harness)
     host, device = memory.ring_blocks(ring_mib, expert, harness["capacity"] * layers)

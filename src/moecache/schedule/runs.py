@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from moecache.config.keys import run_decodes_shard, run_multipliers, run_shards
+from moecache.config.keys import capacity_of, run_decodes_shard, run_multipliers, run_shards
 from moecache.policies.all_resident import AllResident
 from moecache.runs import RunName
 
@@ -53,11 +53,6 @@ def decoded(settings: dict, kept: bool) -> list[tuple[str, RunName]]:
         for m in run_multipliers(spec)
         if decodes(shard, m, first) and kept_runs(harness, [(name, m)], kept)
     ]
-
-
-def capacity_of(harness: dict, spec: dict) -> int:
-    """A run's device slots per restricted layer: its own `capacity`, else harness.capacity."""
-    return spec.get("capacity", harness["capacity"])
 
 
 def scaled_groups(runs: dict) -> dict[str, list]:
