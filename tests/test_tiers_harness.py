@@ -214,10 +214,8 @@ def test_a_host_outside_its_bounds_is_refused_in_one_line():
 
 
 def test_a_rule_that_reads_the_future_is_refused():
-    from moecache.harness.tier_schedule import causal_rule
-
     with pytest.raises(MoecacheError, match="read only past requests"):
-        causal_rule("farthest-future", CAPACITY, EXPERTS, TOP_K)
+        tier_runs.causal_rule("farthest-future", CAPACITY, EXPERTS, TOP_K)
 
 
 def test_the_schema_takes_the_harness_keys_and_refuses_a_bad_one():
