@@ -227,8 +227,8 @@ def test_the_command_writes_its_record(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--tiers", "--host", "8"], "--host 8: the host holds at least"),
-        (["--tiers", "--host", "65"], "--host 65: the host holds at least"),
+        (["--tiers", "--host", "8"], "--host 8: capacity 16 is larger than host 8"),
+        (["--tiers", "--host", "65"], "--host 65: host 65 is larger than experts 64"),
         (["--tiers", "--host", "lots"], "--host lots: an expert count or inf"),
         (["--tiers", "--rule", "nope"], "unknown policy 'nope'"),
         (["--tiers", "--rule", "fifo"], "rule fifo: the tiers run the ranked eviction rules"),

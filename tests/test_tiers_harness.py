@@ -209,7 +209,8 @@ def test_a_disk_read_returns_the_experts_weights(expert_file, monkeypatch, direc
 
 
 def test_a_host_outside_its_bounds_is_refused_in_one_line():
-    with pytest.raises(MoecacheError, match="harness.tiers.host 2: at least harness.capacity"):
+    message = "harness.tiers.host 2: capacity 3 is larger than host 2"
+    with pytest.raises(MoecacheError, match=message):
         tier_runs.settings_of(tiny_settings(host=2))
 
 

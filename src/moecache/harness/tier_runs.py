@@ -32,6 +32,7 @@ from moecache.harness.tier_prices import measure_prices, pooled, touch
 from moecache.model import registry
 from moecache.policies import EvictionPolicy
 from moecache.policies.tiers import DeviceTier, HostTier, LayerTiers
+from moecache.records.shape import check_shape
 
 RESIDENT = "all-resident"
 ADMISSION = "harness.tiers admission"  # names an unknown admission
@@ -55,11 +56,9 @@ def settings_of(settings: dict) -> dict:
     } | (settings["harness"].get("tiers") or {})
     arch, capacity = settings["model"]["architecture"], settings["harness"]["capacity"]
     host = section["host"]
-    if host is not None and not capacity <= host <= arch["num_experts"]:
-        raise MoecacheError(
-            f"harness.tiers.host {host}: at least harness.capacity ({capacity}) and at most "
-            f"the {arch['num_experts']} experts (null: no disk)"
-        )
+    if host is not None:
+        where, note = f"harness.tiers.host {host}", "capacity is harness.capacity; null: no disk"
+        check_shape(None, capacity, arch["num_experts"], host, where=where, note=note)
     return section
 
 

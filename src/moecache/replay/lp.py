@@ -36,6 +36,7 @@ import numpy as np
 from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture
 from moecache.records import counting, demand
+from moecache.records.shape import check_shape
 from moecache.replay import engine
 
 PAD = -1  # requests[t] past the end of a stream: the whole token is PAD
@@ -112,8 +113,7 @@ def _stream(requests, num_experts: int, capacity: int, where: str = "") -> np.nd
     if num_experts < 1:
         raise MoecacheError(f"lp: need at least 1 expert, got {num_experts}")
     k = requests.shape[1]
-    if capacity < max(k, 1):
-        raise MoecacheError(f"lp: capacity {capacity} is below the {k} experts a token requests")
+    check_shape(k or None, capacity, where="lp")
     requests = requests.astype(np.int64)
     pad = (requests == PAD).all(axis=1) if k else np.zeros(len(requests), dtype=bool)
     real_rows = np.flatnonzero(~pad)

@@ -35,6 +35,7 @@ from moecache.policies import EventPolicy, EvictionPolicy
 from moecache.policies.tiers import DeviceTier, HostTier, check_admission
 from moecache.records import counting
 from moecache.records.demand import PAD, Demand
+from moecache.records.shape import check_shape
 from moecache.replay import engine
 
 COUNTS = ("copies", "steady", "reads", "computes")
@@ -58,11 +59,9 @@ def check_layout(demand: Demand, capacity: int, host: int | None, admission: str
     """Refuse, in one line, a layout the tiers cannot hold."""
     demand.check_capacity(capacity)
     check_admission(admission)
-    if host is not None and not capacity <= host <= demand.num_experts:
-        raise MoecacheError(
-            f"--host {host}: the host holds at least the device's {capacity} experts and at "
-            f"most the {demand.num_experts} there are (--host inf: no disk)"
-        )
+    if host is not None:
+        where, note = f"--host {host}", "--host inf: no disk"
+        check_shape(None, capacity, demand.num_experts, host, where=where, note=note)
 
 
 def ranked_rule(text: str, demand: Demand, capacity: int, tier: str) -> EvictionPolicy:
