@@ -227,7 +227,7 @@ def test_bounds_refuse_a_union_over_capacity_in_one_line(tmp_path):
         assert result.returncode == 2
         errors = result.stderr.strip().splitlines()
         assert len(errors) == 1 and errors[0].startswith("moecache: error: --batch 2:")
-        assert "up to 4 experts" in errors[0] and "capacity 3" in errors[0]
+        assert "top-k 4 is larger than capacity 3" in errors[0] and "widest union" in errors[0]
 
 
 def test_a_batch_size_below_one_or_an_unknown_batching_is_refused():

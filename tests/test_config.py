@@ -40,8 +40,8 @@ BAD = [
     ("harness.trace_run", "static", "harness.trace_run: 'static' restricts routing"),
     ("harness.runs.dwell-4.shards", ["b"], "harness.runs.dwell-4.multipliers"),
     ("harness.probe.window", 0, "harness.probe"),
-    ("replay.capacities", [8, 17], "replay.capacities: 17 needs"),
-    ("replay.capacities", [3], "replay.capacities: 3 needs top-k 4"),
+    ("replay.capacities", [8, 17], "replay.capacities: capacity 17 is larger than experts"),
+    ("replay.capacities", [3], "replay.capacities: top-k 4 is larger than capacity 3"),
     ("replay.capacities", [8, 8], "replay.capacities"),
     ("report.devices", ["../h200"], "report.devices"),
 ]

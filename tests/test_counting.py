@@ -37,3 +37,12 @@ def test_arrays_count_as_numbers_do():
         True,
         True,
     ]
+
+
+def test_after_fill_is_the_copies_beyond_the_first_min_c_distinct():
+    """B: a stream of 6 distinct experts at C = 4 pays its first 4 copies in any schedule;
+    one of 3 distinct experts its first 3."""
+    assert counting.after_fill(9, 6, 4) == 5
+    assert counting.after_fill(3, 3, 4) == 0
+    found = counting.after_fill(np.array([9, 3]), np.array([6, 3]), 4)
+    assert found.tolist() == [5, 0]

@@ -266,7 +266,7 @@ def test_benchmark_runs():
 @pytest.mark.parametrize(
     ("requests", "n", "c", "message"),
     [
-        ([[0, 1]], 4, 1, "capacity 1 is below the 2 experts"),
+        ([[0, 1]], 4, 1, "lp: top-k 2 is larger than capacity 1"),
         ([[0, 4]], 4, 2, "token 0 requests expert 4, outside 0..3"),
         ([[0, 1], [2, -3]], 4, 2, "token 1 requests expert -3"),
         ([[0, 1], [-1, -1], [2, 3]], 4, 2, "token 1 requests expert -1"),

@@ -209,5 +209,5 @@ def test_generate_errors():
     rng = np.random.default_rng(0)
     with pytest.raises(MoecacheError, match="unknown stream kind 'gauss'"):
         generate(rng, "gauss", 2, 3, 8, 2)
-    with pytest.raises(MoecacheError, match="top_k"):
+    with pytest.raises(MoecacheError, match="streams: top-k 5 is larger than experts 4"):
         generate(rng, "uniform", 2, 3, 4, 5)

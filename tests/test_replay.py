@@ -240,7 +240,7 @@ def test_jsonl_demand_reads_streams(tmp_path):
         (
             [{"stream": "a", "tokens": [[0, 1, 2, 3]]}],
             [],
-            "requests 4 experts, more than the capacity 3",
+            "top-k 4 is larger than capacity 3",
         ),
         ([{"stream": "a", "tokens": [[1, 1]]}], [], "requests an expert twice"),
         ([{"stream": "a"}], [], 'keys "stream" and "tokens"'),

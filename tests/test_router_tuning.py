@@ -152,8 +152,8 @@ def test_merged_weights_give_the_adapter_models_logits():
     ("key", "value", "message"),
     [
         ("layer", 0, "not one of harness.restricted_layers"),
-        ("capacity", 2, "outside top-k"),
-        ("cache_sizes", [4, 99], "outside top-k"),
+        ("capacity", 2, "router_tuning.capacity: top-k 4 is larger than capacity 2"),
+        ("cache_sizes", [4, 99], "router_tuning.cache_sizes: capacity 99 is larger than experts"),
         ("generation_prompts", 9, "more than measure_sequences"),
     ],
 )

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
+from moecache.policies.admission import ADMISSIONS
 from moecache.records.demand import from_arrays, read_jsonl
 from moecache.records.io import read_record
 from moecache.records.tiers import TiersResult
@@ -137,7 +138,7 @@ def test_no_rule_costs_less_than_the_optimum(instance):
         b: tier_bound.solve_stream(tokens, n, capacity, host, b, prices).cost for b in (False, True)
     }
     for rule in ("lru", "farthest-future", "decayed-frequency"):
-        for admission in tiers.ADMISSIONS:
+        for admission in ADMISSIONS:
             c = tiers.run(demand, rule, capacity, host, "farthest-future", admission)
             cost = c.copies[0] * prices.copy + c.reads[0] * prices.read
             cost += c.computes[0] * prices.compute
@@ -226,8 +227,8 @@ def test_the_command_writes_its_record(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--tiers", "--host", "8"], "--host 8: the host holds at least"),
-        (["--tiers", "--host", "65"], "--host 65: the host holds at least"),
+        (["--tiers", "--host", "8"], "--host 8: capacity 16 is larger than host 8"),
+        (["--tiers", "--host", "65"], "--host 65: host 65 is larger than experts 64"),
         (["--tiers", "--host", "lots"], "--host lots: an expert count or inf"),
         (["--tiers", "--rule", "nope"], "unknown policy 'nope'"),
         (["--tiers", "--rule", "fifo"], "rule fifo: the tiers run the ranked eviction rules"),
@@ -262,4 +263,4 @@ def test_the_prices_default_to_the_schema():
         "host_compute_ms": 0.25,
     }
     with pytest.raises(MoecacheError, match="--admission maybe"):
-        tiers.check_shape(from_arrays(np.zeros((1, 2, 1), dtype=int), 2), 1, None, "maybe")
+        tiers.check_layout(from_arrays(np.zeros((1, 2, 1), dtype=int), 2), 1, None, "maybe")

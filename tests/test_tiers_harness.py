@@ -209,15 +209,14 @@ def test_a_disk_read_returns_the_experts_weights(expert_file, monkeypatch, direc
 
 
 def test_a_host_outside_its_bounds_is_refused_in_one_line():
-    with pytest.raises(MoecacheError, match="harness.tiers.host 2: at least harness.capacity"):
+    message = "harness.tiers.host 2: capacity 3 is larger than host 2"
+    with pytest.raises(MoecacheError, match=message):
         tier_runs.settings_of(tiny_settings(host=2))
 
 
 def test_a_rule_that_reads_the_future_is_refused():
-    from moecache.harness.tier_schedule import causal_rule
-
     with pytest.raises(MoecacheError, match="read only past requests"):
-        causal_rule("farthest-future", CAPACITY, EXPERTS, TOP_K)
+        tier_runs.causal_rule("farthest-future", CAPACITY, EXPERTS, TOP_K)
 
 
 def test_the_schema_takes_the_harness_keys_and_refuses_a_bad_one():

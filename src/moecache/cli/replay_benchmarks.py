@@ -20,6 +20,7 @@ from moecache.errors import MoecacheError
 from moecache.records.replay import (
     ReplayBenchmark,
 )
+from moecache.records.shape import check_shape
 
 
 def cmd_benchmark_replay(args):
@@ -131,8 +132,9 @@ def cmd_benchmark_replay_scale(args):
     for name, value in shape.items():
         if value < 1:
             raise MoecacheError(f"--{name.replace('_', '-')} {value}: must be at least 1")
-    if not shape["top_k"] <= args.capacity <= shape["experts"]:
-        raise MoecacheError(f"--capacity {args.capacity}: need top-k <= C <= experts")
+    check_shape(
+        shape["top_k"], args.capacity, shape["experts"], where=f"--capacity {args.capacity}"
+    )
     report = scale.run(shape, args.capacity, args.seed, args.tmp)
     lines = [
         f"{report['requests']:,} requests ({report['streams']:,} streams), peak memory "

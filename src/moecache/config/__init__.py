@@ -34,6 +34,7 @@ from moecache.config.stages import (
     check_router_tuning,
 )
 from moecache.errors import MoecacheError
+from moecache.records.shape import check_shape
 
 
 @functools.cache
@@ -123,21 +124,14 @@ def check_sizes(config: dict) -> None:
     arch = config["model"]["architecture"]
     harness = config["harness"]
     experts, top_k = arch["num_experts"], arch["num_experts_per_tok"]
-    if top_k > experts:
-        raise ConfigError(
-            f"config key model.architecture.num_experts_per_tok: top-k {top_k} is larger "
-            f"than num_experts {experts}"
-        )
+    where = "config key model.architecture.num_experts_per_tok"
+    check_shape(top_k, None, experts, where=where, error=ConfigError)
     if harness["capacity"] >= experts:
         raise ConfigError(
             f"config key harness.capacity: capacity {harness['capacity']} must be below "
             f"num_experts {experts} (at C = N nothing is offloaded)"
         )
-    if top_k > harness["capacity"]:
-        raise ConfigError(
-            f"config key harness.capacity: top-k {top_k} is larger than capacity "
-            f"{harness['capacity']}"
-        )
+    check_shape(top_k, harness["capacity"], where="config key harness.capacity", error=ConfigError)
     layers = arch["num_hidden_layers"]
     for layer in harness["restricted_layers"]:
         if layer >= layers:

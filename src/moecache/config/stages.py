@@ -5,6 +5,7 @@ controller; each reports one line naming the offending key."""
 from __future__ import annotations
 
 from moecache.config.keys import MAX_EXPERTS, ConfigError, embedded, run_shards
+from moecache.records.shape import check_shape
 from moecache.runs import HeadsName
 
 
@@ -56,12 +57,9 @@ def check_replay(config: dict) -> None:
         )
     check_replay_shapes(replay)
     arch = config["model"]["architecture"]
+    top_k, experts = arch["num_experts_per_tok"], arch["num_experts"]
     for capacity in replay.get("capacities", []):
-        if not arch["num_experts_per_tok"] <= capacity <= arch["num_experts"]:
-            raise ConfigError(
-                f"{where}.capacities: {capacity} needs top-k {arch['num_experts_per_tok']} "
-                f"<= C <= num_experts {arch['num_experts']}"
-            )
+        check_shape(top_k, capacity, experts, where=f"{where}.capacities", error=ConfigError)
 
 
 def check_replay_shapes(replay: dict) -> None:
@@ -71,14 +69,13 @@ def check_replay_shapes(replay: dict) -> None:
     if low > high:
         raise ConfigError(f"{where}.optimum.tokens: min {low} is above max {high}")
     for experts, capacity, top_k in replay["optimum"]["shapes"]:
-        if not top_k <= capacity <= experts <= MAX_EXPERTS:
-            raise ConfigError(
-                f"{where}.optimum.shapes: [{experts}, {capacity}, {top_k}] needs "
-                f"k <= C <= N <= {MAX_EXPERTS}"
-            )
+        at = f"{where}.optimum.shapes: [{experts}, {capacity}, {top_k}]"
+        check_shape(top_k, capacity, experts, where=at, error=ConfigError)
+        if experts > MAX_EXPERTS:
+            raise ConfigError(f"{at}: experts {experts} is more than {MAX_EXPERTS}")
     bench = replay["benchmark"]
-    if not bench["top_k"] <= bench["capacity"] <= bench["experts"]:
-        raise ConfigError(f"{where}.benchmark: need top_k <= capacity <= experts")
+    sizes = bench["top_k"], bench["capacity"], bench["experts"]
+    check_shape(*sizes, where=f"{where}.benchmark", error=ConfigError)
     if bench["mean_tokens"] > bench["max_tokens"]:
         raise ConfigError(f"{where}.benchmark.mean_tokens: above max_tokens")
 
@@ -178,10 +175,7 @@ def check_router_tuning(config: dict) -> None:
     top_k, experts = arch["num_experts_per_tok"], arch["num_experts"]
     for key, sizes in (("capacity", [tuning["capacity"]]), ("cache_sizes", tuning["cache_sizes"])):
         for size in sizes:
-            if not top_k <= size <= experts:
-                raise ConfigError(
-                    f"{where}.{key}: {size} outside top-k {top_k} .. num_experts {experts}"
-                )
+            check_shape(top_k, size, experts, where=f"{where}.{key}", error=ConfigError)
     longest = tuning["prompt_tokens"] + tuning["completion_tokens"] + 16  # 16: the tag
     if longest > arch["max_position_embeddings"]:
         raise ConfigError(

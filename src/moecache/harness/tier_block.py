@@ -1,7 +1,7 @@
 """The tiered MoE block: a restricted layer decoded over a device pool of C experts, a host
 cache of H experts and the disk (issue 40, point 3; docs/tiers.md).
 
-Per token it asks its LayerTiers (tier_schedule.py) what moves, then moves it for real: the
+Per token it asks its LayerTiers (policies/tiers.py) what moves, then moves it for real: the
 host drops its victims and reads what it lacks from the safetensors file on disk
 (disk_pool.py), the device copies its admitted experts from the host cache into free slots,
 and the token is computed with the model's own per-expert kernel, each expert where it is:
@@ -17,8 +17,8 @@ from torch import nn
 
 from moecache.harness.disk_pool import HostCache
 from moecache.harness.host_compute import Clock, host_matvec, kernel_over
-from moecache.harness.tier_schedule import LayerTiers
 from moecache.model.kernel import expert
+from moecache.policies.tiers import LayerTiers
 
 EVENTS = ("copies", "steady", "reads", "computes")
 TIMES = ("copy_seconds", "read_seconds", "compute_seconds", "device_seconds", "decide_seconds")

@@ -6,9 +6,10 @@ few held-out sequences token by token with the KV cache, `repeats` times, togeth
 arm decodes token t, in an order shuffled per token, before any decodes t + 1. The arms are
 the all-resident reference (every expert in a device slot, nothing moves: its ms/token is
 equation (1)'s c) and one tiered arm per admission (C device slots over a host cache of H
-experts over the disk, tier_block.py). Before each repeat and after the last, a round of
-prices is measured apart from any decode (tier_prices.py); tier_record.py turns all of it
-into the record.
+experts over the disk, tier_block.py), its moves decided by policies/tiers.py, the schedule
+the tiered replay runs too, under rules that read only the past (causal_rule). Before each
+repeat and after the last, a round of prices is measured apart from any decode
+(tier_prices.py); tier_record.py turns all of it into the record.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from moecache import policies
 from moecache.errors import MoecacheError
 from moecache.harness import placement
 from moecache.harness.disk_pool import DiskExperts, HostCache, write_experts
@@ -27,10 +29,13 @@ from moecache.harness.host_compute import Clock
 from moecache.harness.pool import HostExperts
 from moecache.harness.tier_block import EVENTS, TIMES, TieredMoeBlock
 from moecache.harness.tier_prices import measure_prices, pooled, touch
-from moecache.harness.tier_schedule import DeviceTier, HostTier, LayerTiers, causal_rule
 from moecache.model import registry
+from moecache.policies import EvictionPolicy
+from moecache.policies.tiers import DeviceTier, HostTier, LayerTiers
+from moecache.records.shape import check_shape
 
 RESIDENT = "all-resident"
+ADMISSION = "harness.tiers admission"  # names an unknown admission
 WARMUP_TOKENS = 8
 SHARED = (
     "on a CPU the device slots and the host cache are both host memory and the same cores "
@@ -51,12 +56,22 @@ def settings_of(settings: dict) -> dict:
     } | (settings["harness"].get("tiers") or {})
     arch, capacity = settings["model"]["architecture"], settings["harness"]["capacity"]
     host = section["host"]
-    if host is not None and not capacity <= host <= arch["num_experts"]:
-        raise MoecacheError(
-            f"harness.tiers.host {host}: at least harness.capacity ({capacity}) and at most "
-            f"the {arch['num_experts']} experts (null: no disk)"
-        )
+    if host is not None:
+        where, note = f"harness.tiers.host {host}", "capacity is harness.capacity; null: no disk"
+        check_shape(None, capacity, arch["num_experts"], host, where=where, note=note)
     return section
+
+
+def causal_rule(name: str, capacity: int, num_experts: int, top_k: int) -> EvictionPolicy:
+    """A ranked eviction rule that needs neither the future nor router probabilities (a
+    decode does not know the future; farthest-future would need a recorded trace)."""
+    policy = policies.make(name, capacity, num_experts, top_k, {})
+    if not isinstance(policy, EvictionPolicy) or policy.needs_future or policy.needs_probs:
+        raise MoecacheError(
+            f"harness.tiers rule {name}: the tiered harness runs ranked rules that read only "
+            "past requests (lru, decayed-frequency, ...)"
+        )
+    return policy
 
 
 @dataclass
@@ -120,7 +135,7 @@ def build_arms(adapter, own, hosts, disk, settings, cfg) -> dict[str, dict]:
     n, k = arch["num_experts"], arch["num_experts_per_tok"]
     arms = {RESIDENT: {}}
     for layer, mlp in own.items():
-        tiers = LayerTiers(DeviceTier(causal_rule("lru", n, n, k), "always"), None)
+        tiers = LayerTiers(DeviceTier(causal_rule("lru", n, n, k), "always", ADMISSION), None)
         block = TieredMoeBlock(mlp, adapter, hosts[layer], hosts[layer].slots, tiers, None)
         block.hold_all()
         arms[RESIDENT][layer] = block
@@ -128,7 +143,7 @@ def build_arms(adapter, own, hosts, disk, settings, cfg) -> dict[str, dict]:
         arms[admission] = {}
         for layer, mlp in own.items():
             host = hosts[layer]
-            device = DeviceTier(causal_rule(cfg["rule"], capacity, n, k), admission)
+            device = DeviceTier(causal_rule(cfg["rule"], capacity, n, k), admission, ADMISSION)
             cache, keeper = None, None
             if cfg["host"] is not None:
                 cache = HostCache(host, cfg["host"], layer, disk)

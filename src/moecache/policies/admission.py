@@ -1,6 +1,6 @@
 """Admission under a ranked eviction rule: which of a token's device misses are copied in
-(docs/tiers.md). One home for the tiered replay (replay/tiers.py) and the tiered harness
-(harness/tier_schedule.py), so both decide the same moves.
+(docs/tiers.md). The device tier of policies/tiers.py decides with it, for the tiered replay
+and the tiered harness alike.
 
 - `always`: every miss is copied in, the rule choosing victims (the rule's own `step`);
 - `bypass`: misses predicted back soonest first take the free slots; each further one

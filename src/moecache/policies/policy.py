@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moecache.errors import MoecacheError
+from moecache.records.shape import check_shape
 
 
 @dataclass
@@ -49,11 +50,7 @@ class Policy:
     libcachesim: str = ""  # the libCacheSim class of the same algorithm (a zoo rule)
 
     def __init__(self, capacity: int, num_experts: int, top_k: int):
-        if not 0 < top_k <= capacity <= num_experts:
-            raise MoecacheError(
-                f"policy {self.name}: need 0 < top-k {top_k} <= capacity {capacity} "
-                f"<= experts {num_experts}"
-            )
+        check_shape(top_k, capacity, num_experts, where=f"policy {self.name}")
         self.capacity, self.num_experts, self.top_k = capacity, num_experts, top_k
 
     def reset(self, future: Sequence[Sequence[int]] | None = None, streams: int = 1) -> None:

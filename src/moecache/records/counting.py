@@ -24,12 +24,15 @@ experts, which splits no group either but ignores where groups begin, so the fil
 min(C, distinct) by the boundary group's copies past it (the appendix: 4,263 LRU fills in
 the harness, 4,096 in replay).
 
-Both functions are plain arithmetic: on numbers (the harness, one group at a time), on
-numpy arrays (replay, one element per token) and, compiled where they are called
-(numba.njit), inside the replay kernels.
+`split` and `has_been_full` are plain arithmetic: on numbers (the harness, one group at a
+time), on numpy arrays (replay, one element per token) and, compiled where they are called
+(numba.njit), inside the replay kernels. `after_fill` is B, for a replay or an optimum's
+insertions.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 
 def split(copies, been_full):
@@ -43,3 +46,10 @@ def has_been_full(been_full, held, capacity):
     """Whether the pool has been full after a group that left it holding `held` experts,
     given whether it had been before (`been_full`); elementwise over arrays."""
     return been_full | (held == capacity)
+
+
+def after_fill(insertions, distinct, capacity):
+    """The paper's steady traffic B: `insertions` beyond the first min(C, distinct), the
+    experts every schedule copies in once (`distinct`: those requested at least once).
+    Elementwise over arrays: insertions [streams] and distinct [streams]."""
+    return insertions - np.minimum(capacity, distinct)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from moecache.errors import MoecacheError
+from moecache.records.shape import check_shape
 
 PAD = -1  # requests[s, t] past the end of stream s
 
@@ -51,15 +52,10 @@ class Demand:
         return seen[:, :-1].sum(axis=1)
 
     def check_capacity(self, capacity: int) -> None:
-        if not 0 < capacity <= self.num_experts:
-            raise MoecacheError(
-                f"--capacity {capacity}: must lie between 1 and the {self.num_experts} experts"
-            )
-        if self.top_k > capacity:
-            raise MoecacheError(
-                f"stream {self.streams[0]}: a token requests {self.top_k} experts, more than "
-                f"the capacity {capacity}"
-            )
+        """A token's experts fit the pool, which holds no more than there are (top_k 0: a
+        demand of no requests, only the capacity's range)."""
+        top_k = self.top_k or None
+        check_shape(top_k, capacity, self.num_experts, where=f"--capacity {capacity}")
 
 
 def subset(demand: Demand, streams) -> Demand:

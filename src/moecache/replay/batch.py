@@ -28,6 +28,7 @@ from moecache.errors import MoecacheError
 from moecache.policies.pools import Pools
 from moecache.records.batch import MODES, collapse, future, layer_of, places, rounds, stack, union
 from moecache.records.demand import PAD, Demand, padded
+from moecache.records.shape import check_shape
 from moecache.replay import engine
 
 
@@ -43,19 +44,17 @@ class Batched(Demand):
 
     def check_capacity(self, capacity: int) -> None:
         """Only the range: a union wider than the pool is served in rounds."""
-        if not 0 < capacity <= self.num_experts:
-            raise MoecacheError(
-                f"--capacity {capacity}: must lie between 1 and the {self.num_experts} experts"
-            )
+        check_shape(None, capacity, self.num_experts, where=f"--capacity {capacity}")
 
     def check_fits(self, capacity: int) -> None:
         """Refuse, in one line, unions wider than the pool (for the bounds and the LP)."""
-        if self.top_k > capacity:
-            raise MoecacheError(
-                f"--batch {self.size}: a step's union holds up to {self.top_k} experts, more "
-                f"than the capacity {capacity}; the bounds and the LP need every union to "
-                "fit (replay serves it in rounds: docs/batching.md)"
-            )
+        check_shape(
+            self.top_k or None,
+            capacity,
+            where=f"--batch {self.size}",
+            note="top-k is a step's widest union: the bounds and the LP need every union to "
+            "fit (replay serves it in rounds: docs/batching.md)",
+        )
 
 
 def prefilled(demand: Demand, prefill: int) -> Demand:

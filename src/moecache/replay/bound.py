@@ -23,6 +23,7 @@ from moecache.config.keys import MAX_EXPERTS
 from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture, next_requests
 from moecache.records import batch as geometry
+from moecache.records import counting
 from moecache.records.demand import PAD, Demand, subset
 from moecache.replay import batch, engine, lp, optimum
 
@@ -226,7 +227,7 @@ def dp(demand: Demand, capacity: int) -> np.ndarray:
         # A union narrower than the widest repeats its first expert: the same set.
         requests = np.where(requests == PAD, requests[..., :1], requests)
         best[same] = optimum.exact_insertions(requests, demand.num_experts, capacity)
-    return best - np.minimum(capacity, demand.distinct)
+    return counting.after_fill(best, demand.distinct, capacity)
 
 
 def check_lp_equals_dp(best, by_dp, where) -> None:

@@ -8,7 +8,8 @@ rule's counts here equal its closed-loop counts. Copies are counted three ways:
 counts as filling until it has been full once, the whole group of copies that first fills
 it included; a group here is one token of a stream), and
 `after_fill`, the paper's steady traffic B: insertions beyond the first min(C, distinct)
-that every lossless schedule makes.
+that every lossless schedule makes (records/counting.after_fill, which the LP and the DP
+subtract too).
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def tally(copies: np.ndarray, full: np.ndarray, capacity: int, demand: Demand) -
         insertions,
         fills.sum(axis=1),
         steady.sum(axis=1),
-        insertions - np.minimum(capacity, demand.distinct),
+        counting.after_fill(insertions, demand.distinct, capacity),
     )
 
 

@@ -3,7 +3,8 @@
 A stream is T tokens, token t requesting the set S_t of k experts; the cache holds C. A
 lossless schedule keeps every expert of S_t resident while token t is computed; prefetching
 is allowed and dropping is free. Copies are all insertions over the stream, first loads
-included (what `optimum.exact_insertions` returns; `after_fill` subtracts min(C, distinct)).
+included (what `optimum.exact_insertions` returns; `after_fill` subtracts min(C, distinct):
+records/counting.after_fill).
 
 If expert e is requested at tokens u_1 < u_2 < ... < u_m, its gaps are the pairs
 (u_i, u_{i+1}). A schedule either keeps e resident over all of u_i..u_{i+1} (it bridges the
@@ -34,7 +35,8 @@ import numpy as np
 
 from moecache.errors import MoecacheError
 from moecache.policies.farthest_future import FarthestFuture
-from moecache.records import demand
+from moecache.records import counting, demand
+from moecache.records.shape import check_shape
 from moecache.replay import engine
 
 PAD = -1  # requests[t] past the end of a stream: the whole token is PAD
@@ -111,8 +113,7 @@ def _stream(requests, num_experts: int, capacity: int, where: str = "") -> np.nd
     if num_experts < 1:
         raise MoecacheError(f"lp: need at least 1 expert, got {num_experts}")
     k = requests.shape[1]
-    if capacity < max(k, 1):
-        raise MoecacheError(f"lp: capacity {capacity} is below the {k} experts a token requests")
+    check_shape(k or None, capacity, where="lp")
     requests = requests.astype(np.int64)
     pad = (requests == PAD).all(axis=1) if k else np.zeros(len(requests), dtype=bool)
     real_rows = np.flatnonzero(~pad)
@@ -217,7 +218,7 @@ def solve_stream(
     return StreamOptimum(
         cost=cost,
         copies=copies,
-        after_fill=copies - min(capacity, g.distinct),
+        after_fill=int(counting.after_fill(copies, g.distinct, capacity)),
         distinct=g.distinct,
         gaps=len(weight),
         bridged=int(bridged.sum()),

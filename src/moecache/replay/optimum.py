@@ -20,6 +20,7 @@ import numpy as np
 
 from moecache.config.keys import MAX_EXPERTS
 from moecache.errors import MoecacheError
+from moecache.records.shape import check_shape
 
 KINDS = ("uniform", "zipf", "bursty")
 
@@ -47,12 +48,7 @@ def exact_insertions(requests: np.ndarray, num_experts: int, capacity: int) -> n
             f"exact optimum: N experts means 2^N resident sets; at most {MAX_EXPERTS} "
             f"supported, got {num_experts}"
         )
-    if num_experts < 1:
-        raise MoecacheError(f"exact optimum: need at least 1 expert, got {num_experts}")
-    if capacity < k or capacity > num_experts:
-        raise MoecacheError(
-            f"exact optimum: capacity must be between k={k} and N={num_experts}, got {capacity}"
-        )
+    check_shape(k or None, capacity, num_experts, where="exact optimum")
     if requests.size and (requests.min() < 0 or requests.max() >= num_experts):
         bad = requests[(requests < 0) | (requests >= num_experts)].flat[0]
         raise MoecacheError(f"exact optimum: expert id {int(bad)} out of range [0, {num_experts})")
@@ -125,8 +121,7 @@ def generate(
     """
     if kind not in KINDS:
         raise MoecacheError(f"unknown stream kind {kind!r} (known: {', '.join(KINDS)})")
-    if not 1 <= top_k <= num_experts:
-        raise MoecacheError(f"streams: need 1 <= top_k <= N={num_experts}, got top_k={top_k}")
+    check_shape(top_k, None, num_experts, where="streams")
     if count < 0 or tokens < 0:
         raise MoecacheError(f"streams: count and tokens must be >= 0, got {count}, {tokens}")
     shape = (count, tokens, num_experts)

@@ -35,6 +35,7 @@ import numpy as np
 
 from moecache.errors import MoecacheError
 from moecache.records.demand import PAD
+from moecache.records.shape import check_shape
 from moecache.replay import lp
 
 _CERTIFY_TOL = 1e-6  # relative: the schedule's cost against HiGHS's dual bound
@@ -159,8 +160,8 @@ def solve_stream(
     ([T, N] contents after each token; host None without a disk)."""
     begin = time.perf_counter()
     stream = lp._stream(requests, num_experts, capacity)
-    if host is not None and not capacity <= host <= num_experts:
-        raise MoecacheError(f"tier bound: need C {capacity} <= H {host} <= N {num_experts}")
+    if host is not None:
+        check_shape(None, capacity, num_experts, host, where="tier bound")
     expert, token, follows = uses(stream)
     count = len(expert)
     prog = Program()

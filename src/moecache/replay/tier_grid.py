@@ -8,6 +8,7 @@ admission and C replays the device once and hands its misses to the host of ever
 
 from __future__ import annotations
 
+from moecache.policies.tiers import DeviceTier, HostTier
 from moecache.records import counting
 from moecache.records.demand import Demand
 from moecache.replay import tier_report, tiers
@@ -37,7 +38,7 @@ def grid(
             held = [h for h in hosts if h is None or h >= capacity]
             for h in held:
                 for admission in admissions:
-                    tiers.check_shape(demand, capacity, h, admission)
+                    tiers.check_layout(demand, capacity, h, admission)
             for rule in rules:
                 for admission in admissions:
                     device = device_counts(demand, rule, capacity, admission)
@@ -67,15 +68,13 @@ def decoded_tokens(demand: Demand) -> int:
 def device_counts(demand: Demand, rule: str, capacity: int, admission: str) -> dict:
     """The device's totals over every stream, and each stream's misses per token (copied or
     computed: what the host must hold)."""
-    policy = tiers.ranked_rule(rule, demand, capacity, "device")
+    device = DeviceTier(tiers.ranked_rule(rule, demand, capacity, "device"), admission)
     copies = steady = requested = 0
     misses = []
     for s in range(len(demand.streams)):
         requests = demand.requests[s, : demand.lengths[s]]
         probs = None if demand.probs is None else demand.probs[s, : demand.lengths[s]]
-        per_token, full, missed, _ = tiers.device_stream(
-            policy, requests, probs, admission == "bypass"
-        )
+        per_token, full, missed, _ = tiers.device_stream(device, requests, probs)
         copies += int(per_token.sum())
         steady += int(counting.split(per_token, full)[1].sum())
         requested += sum(len(m) for m in missed)
@@ -87,7 +86,7 @@ def host_reads(demand: Demand, misses: list, host: int | None, host_rule: str) -
     """Disk reads of a host of `host` experts serving the device's misses (0: no disk)."""
     if host is None:
         return 0
-    keeper = tiers.ranked_rule(host_rule, demand, host, "host")
+    keeper = HostTier(tiers.ranked_rule(host_rule, demand, host, "host"))
     return int(sum(tiers.host_stream(keeper, missed, demand.top_k)[0] for missed in misses))
 
 

@@ -48,7 +48,7 @@ def report(
 ) -> dict:
     """Counts and ms of every rule x admission (and the optimum per admission)."""
     for admission in admissions:
-        tiers.check_shape(demand, capacity, host, admission)
+        tiers.check_layout(demand, capacity, host, admission)
     price = event_prices(section)
     tokens = int(sum(dict(zip(demand.sequences, demand.lengths.tolist(), strict=True)).values()))
     schedules, kept = {}, {}

@@ -12,13 +12,16 @@ Per token, as in the harness, the token's k experts are needed together:
   predicted next use is sooner than the victim's; otherwise the token computes it on the
   host (a host compute). The prediction is the true next use for a rule that reads the
   future (farthest-future: the oracle rule; within its foresight when it has one), else
-  recency (policies/admission.py, which the tiered harness decides with too).
+  recency (policies/admission.py).
 
 Every device miss, copied or computed, needs the expert in host memory: the host tier sees
 the device's misses, one group per token that has any, and reads from disk what it lacks
-(its own rule's victims make room; the host starts empty). Counts per stream: `copies`
-(host to device), `steady` (of which after the device pool was first full, as
-records/counting.py splits them), `reads` (disk to host), `computes` (on the host).
+(its own rule's victims make room; the host starts empty). Each token of each tier is
+policies/tiers.py's, the schedule the tiered harness decides with too; here, over recorded
+demand, a stream's device runs first and hands its misses to the host, so that either
+tier's rule may read the future. Counts per stream: `copies` (host to device), `steady` (of
+which after the device pool was first full, as records/counting.py splits them), `reads`
+(disk to host), `computes` (on the host).
 """
 
 from __future__ import annotations
@@ -29,11 +32,10 @@ import numpy as np
 
 from moecache.errors import MoecacheError
 from moecache.policies import EventPolicy, EvictionPolicy
-from moecache.policies.admission import ADMISSIONS, Recency, TrueNextUse, device_step
-from moecache.policies.pools import Pools
+from moecache.policies.tiers import DeviceTier, HostTier, check_admission
 from moecache.records import counting
-from moecache.records.batch import future
 from moecache.records.demand import PAD, Demand
+from moecache.records.shape import check_shape
 from moecache.replay import engine
 
 COUNTS = ("copies", "steady", "reads", "computes")
@@ -53,16 +55,13 @@ class TierCounts:
     host: list | None = None
 
 
-def check_shape(demand: Demand, capacity: int, host: int | None, admission: str) -> None:
+def check_layout(demand: Demand, capacity: int, host: int | None, admission: str) -> None:
     """Refuse, in one line, a layout the tiers cannot hold."""
     demand.check_capacity(capacity)
-    if admission not in ADMISSIONS:
-        raise MoecacheError(f"--admission {admission}: known are {', '.join(ADMISSIONS)}")
-    if host is not None and not capacity <= host <= demand.num_experts:
-        raise MoecacheError(
-            f"--host {host}: the host holds at least the device's {capacity} experts and at "
-            f"most the {demand.num_experts} there are (--host inf: no disk)"
-        )
+    check_admission(admission)
+    if host is not None:
+        where, note = f"--host {host}", "--host inf: no disk"
+        check_shape(None, capacity, demand.num_experts, host, where=where, note=note)
 
 
 def ranked_rule(text: str, demand: Demand, capacity: int, tier: str) -> EvictionPolicy:
@@ -92,16 +91,16 @@ def run(
 ) -> TierCounts:
     """The tier counts of device rule `rule` over host rule `host_rule` (with `keep`, the
     tiers' contents after each token too)."""
-    check_shape(demand, capacity, host, admission)
-    device = ranked_rule(rule, demand, capacity, "device")
-    keeper = None if host is None else ranked_rule(host_rule, demand, host, "host")
+    check_layout(demand, capacity, host, admission)
+    device = DeviceTier(ranked_rule(rule, demand, capacity, "device"), admission)
+    keeper = None if host is None else HostTier(ranked_rule(host_rule, demand, host, "host"))
     out = TierCounts(*(np.zeros(len(demand.streams), dtype=np.int64) for _ in COUNTS))
     if keep:
         out.device, out.host = [], []
     for s in range(len(demand.streams)):
         requests = demand.requests[s, : demand.lengths[s]]
         probs = None if demand.probs is None else demand.probs[s, : demand.lengths[s]]
-        copies, full, misses, held = device_stream(device, requests, probs, admission == "bypass")
+        copies, full, misses, held = device_stream(device, requests, probs)
         out.copies[s] = copies.sum()
         out.steady[s] = counting.split(copies, full)[1].sum()
         out.computes[s] = sum(len(m) for m in misses) - out.copies[s]
@@ -114,50 +113,37 @@ def run(
     return out
 
 
-def device_stream(policy: EvictionPolicy, requests, probs, bypass: bool):
+def device_stream(device: DeviceTier, requests, probs):
     """One stream on the device: copies per token, whether the pool had been full before
-    it, and each token's misses (copied or computed: what the host must hold)."""
-    policy.reset(requests[None] if policy.needs_future else None, streams=1)
-    pools = Pools(1, policy.num_experts, policy.capacity)
-    if policy.needs_future:
-        predict = TrueNextUse(requests, policy.num_experts, getattr(policy, "foresight", None))
-    else:
-        predict = Recency(policy.num_experts)
+    it, each token's misses (copied or computed: what the host must hold) and what the
+    device holds after each token [T, N]."""
+    device.reset(requests)
     copies = np.zeros(len(requests), dtype=np.int64)
     full = np.zeros(len(requests), dtype=bool)
-    been_full, misses = False, []
-    held = np.zeros((len(requests), policy.num_experts), dtype=bool)
+    held = np.zeros((len(requests), device.policy.num_experts), dtype=bool)
+    misses = []
     for t, request in enumerate(requests):
-        row = None if probs is None or not policy.needs_probs else probs[t][None]
-        step, missing = device_step(policy, t, request[None], row, pools, bypass, predict)
-        full[t], copies[t] = been_full, step.copies[0]
-        pools.apply(1, step)
-        been_full = bool(counting.has_been_full(been_full, pools.count[0], policy.capacity))
+        plan, missing, full[t] = device.decide(t, request, None if probs is None else probs[t])
+        copies[t] = plan.copies[0]
         misses.append(missing)
-        held[t] = pools.resident[0]
+        held[t] = device.pools.resident[0]
     return copies, full, misses, held
 
 
-def host_stream(policy: EvictionPolicy, misses: list[np.ndarray], top_k: int):
+def host_stream(host: HostTier, misses: list[np.ndarray], top_k: int):
     """Disk reads of one stream's host tier and what it holds after each token [T, N]: it
-    serves the device's misses, one request per token that has any, and starts empty."""
-    held = np.zeros((len(misses), policy.num_experts), dtype=bool)
-    steps = [t for t, m in enumerate(misses) if len(m)]
-    groups = [misses[t] for t in steps]
+    serves the device's misses, one request per token that has any, and starts empty. The
+    device runs first, so that a host rule that reads the future is given its requests."""
+    held = np.zeros((len(misses), host.policy.num_experts), dtype=bool)
+    groups = [m for m in misses if len(m)]
     if not groups:
         return 0, held
     rows = np.full((len(groups), top_k), PAD, dtype=np.int64)
     for i, group in enumerate(groups):
         rows[i, : len(group)] = group
-    policy.reset(future(rows) if policy.needs_future else None, streams=1)
-    pools = Pools(1, policy.num_experts, policy.capacity)
+    host.reset(rows)
     reads = 0
-    for i, (t, group) in enumerate(zip(steps, groups, strict=True)):
-        step = policy.step(i, group[None], None, pools)
-        pools.apply(1, step)
-        reads += int(step.copies[0])
-        held[t] = pools.resident[0]
-    for t in range(1, len(held)):  # a token without misses leaves the host as it was
-        if not len(misses[t]):
-            held[t] = held[t - 1]
+    for t, missed in enumerate(misses):
+        reads += len(host.decide(missed)[0])
+        held[t] = host.pools.resident[0]  # a token without misses leaves the host as it was
     return reads, held
