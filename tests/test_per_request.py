@@ -2,8 +2,8 @@
 a-time simulators count, LRU and Belady, on generated traces: bigrig 0.9.1's pool
 simulator and moe-policylang 1.15.0's trace replay (pinned test dependencies,
 envs/requirements-dev.txt); per-token counting, the engine's, stays at or above the exact
-optimum where per-request Belady goes below it. The compiled LRU and farthest-future
-(moecache.replay.fast) count what the vectorised rules count."""
+optimum where per-request Belady goes below it. The compiled LRU and farthest-future (the
+kernel table, moecache.policies.kernels) count what the vectorised rules count."""
 
 from __future__ import annotations
 

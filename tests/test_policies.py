@@ -610,7 +610,7 @@ def test_compiled_rules_leave_numbas_global_config_alone():
 
     code = (
         "import numba; before = numba.config.CACHE_DIR; "
-        "import moecache.policies, moecache.replay.fast; "
+        "import moecache.policies, moecache.replay.engine; "
         "assert numba.config.CACHE_DIR == before, numba.config.CACHE_DIR"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

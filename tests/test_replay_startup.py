@@ -17,7 +17,7 @@ import pytest
 from moecache.records import trace
 from moecache.records import trace as harness_trace
 from moecache.records.demand import Demand
-from moecache.replay import fast, optimum, plain
+from moecache.replay import engine, optimum, plain
 
 NEVER = {"torch", "transformers"}
 EXPERTS, TOP_K = 16, 4
@@ -96,7 +96,7 @@ def test_plain_counts_what_the_kernels_count(seed, capacity, rule):
         requests[s, n:] = -1
     demand = Demand([f"s{s}" for s in range(5)], ["q"] * 5, requests, lengths, 12)
     ours = plain.replay(rule, demand, capacity)
-    theirs = fast.replay(rule, requests, lengths, capacity, 12)
+    theirs = engine.compiled(demand, engine.make_rule(rule, demand, capacity))
     assert np.array_equal(ours[0], theirs[0]) and np.array_equal(ours[1], theirs[1])
 
 

@@ -94,6 +94,12 @@ class EvictionPolicy(Policy):
         admit = [int(e) for e, m in zip(request, step.miss[0], strict=True) if m]
         return Plan(admit=admit, evict=sorted(step.victims.tolist()))
 
+    def compiled_state(self, requests: np.ndarray, lengths: np.ndarray):
+        """The state of a compiled replay of every stream of `requests` [S, T, k] (padded
+        past `lengths`): a NamedTuple whose class has hooks registered in kernels.py, or
+        None where this rule (with these parameters) has none and replay steps it."""
+        return None
+
     def least_recent(self, rows: slice) -> np.ndarray:
         """The LRU key: never-used experts first, then by last use; experts last used by
         the same token in their order in its request (see last_use)."""

@@ -12,14 +12,48 @@ resident cheapest to copy back, ties as above: an expert not requested again (or
 within the foresight) costs nothing to lose and still goes first. Unit costs, the default,
 are the plain rule, optimal by docs/optimum.md; under unequal costs neither ranking is
 (replay.bound.mixed_precision measures both against the LP).
+
+The plain rule (full lookahead, unit costs) is compiled for replay through the kernel
+table (kernels.py): a resident's key is `ranked`'s, learnt once its token is in
+(on_token) from the next uses read off the whole demand when the replay starts, and FAR
+once evicted; the victim is the lowest key the token does not need (kernels.lowest).
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
+from numba import njit
 
 from moecache.errors import MoecacheError
+from moecache.policies import kernels
 from moecache.policies.eviction import EvictionPolicy
+
+# State (compiled replay): key [streams, N] each resident's rank (FAR: not resident),
+# after [streams, T, k] the next token that requests each request's expert (never: none),
+# tokens [streams] the tokens seen, never (T + 1).
+State = namedtuple("State", ("key", "after", "tokens", "never"), module=__name__)
+
+
+@njit(inline="always")
+def on_token(s, row, request):
+    """Token t's experts' keys: (never - next use) * never * k + recency (see ranked)."""
+    k, t, never = len(request), s.tokens[row], s.never
+    for j in range(k):
+        s.key[row, request[j]] = (never - s.after[row, t, j]) * (never * k) + (1 + t) * k + j
+    s.tokens[row] = t + 1
+
+
+kernels.register(
+    State,
+    kernels.nothing,
+    kernels.nothing,
+    kernels.lowest,
+    kernels.unkey,
+    kernels.nothing,
+    on_token,
+)
 
 
 class FarthestFuture(EvictionPolicy):
@@ -75,6 +109,19 @@ class FarthestFuture(EvictionPolicy):
             slice(None),
         )
 
+    def compiled_state(self, requests, lengths):
+        """Full lookahead at unit costs only; with foresight or costs replay steps the rule."""
+        if type(self) is not FarthestFuture or self.foresight is not None or self.level is not None:
+            return None
+        requests = np.ascontiguousarray(requests, dtype=np.int64)
+        streams, never = len(requests), requests.shape[1] + 1  # as next_requests's
+        return State(
+            np.full((streams, self.num_experts), kernels.FAR, dtype=np.int64),
+            next_uses(requests, lengths, self.num_experts, never),
+            np.zeros(streams, dtype=np.int64),
+            never,
+        )
+
     def learn(self, t, rows, at, probs):
         super().learn(t, rows, at, probs)
         # Only the experts token t used change: their next use, their recency and key
@@ -113,3 +160,21 @@ def next_requests(demand: np.ndarray, num_experts: int):
         after[t] = seen.take(at[t])
         seen.put(at[t], t)
     return after, seen[:, :num_experts].copy(), never
+
+
+@kernels.compiled
+def next_uses(requests, lengths, width, never):
+    """next_requests's `after` for the compiled replay, stream-major: [S, T, k], the next
+    token of each stream that requests each request's expert (never: none; past a
+    stream's length, unset)."""
+    streams, steps, k = requests.shape
+    after = np.empty((streams, steps, k), dtype=np.int64)
+    seen = np.empty(width, dtype=np.int64)
+    for row in range(streams):
+        seen[:] = never
+        for t in range(lengths[row] - 1, -1, -1):
+            for j in range(k):
+                after[row, t, j] = seen[requests[row, t, j]]
+            for j in range(k):
+                seen[requests[row, t, j]] = t
+    return after

@@ -1,14 +1,19 @@
 """Compiled event rules: an EventPolicy whose hooks are numba functions over state arrays.
 
 A rule keeps every stream's state in one NamedTuple of arrays indexed [stream, expert] (or
-[stream] for a counter or a hand), made by `new_state(streams)`, and names five numba
+[stream] for a counter or a hand), made by `new_state(streams)`, and names its numba
 hooks for its State class, `register(State, on_hit, on_miss, victim, on_evict,
-on_insert)`: on_hit(s, row, e), on_miss(s, row, e), victim(s, row, e, busy) -> v,
-on_evict(s, row, v), on_insert(s, row, e), called in EventPolicy's order. `busy[x]` is
-true for the current token's experts, never a valid victim. The same compiled `token`
-serves the harness (`plan`, one stream), replay's `step` (many streams, one token) and
-`replay` (every stream start to end in one call, no Python per token): a rule's copies
-are defined once, and replay runs at compiled speed.
+on_insert, on_token=learns_nothing)`: on_hit(s, row, e), on_miss(s, row, e), victim(s,
+row, e, busy) -> v, on_evict(s, row, v), on_insert(s, row, e), called in EventPolicy's
+order, then on_token(s, row, request) once the token's experts are in (the whole request
+in its order: where LRU and farthest-future learn). `busy[x]` is true for the current
+token's experts, never a valid victim. The same compiled `run` (a stream's tokens, in
+order) serves the harness (`plan`, one stream), replay's `step` (many streams, one token)
+and `replay_streams` (every stream start to end in one call, no Python per token): a
+rule's copies are defined once, and replay runs at compiled speed. Replay takes this one
+path for every rule with a compiled state (EvictionPolicy.compiled_state): the zoo's
+CompiledEventPolicy, and LRU and farthest-future, whose hooks sit beside their
+vectorised ranking.
 
 Ordered lists (queues, LRU lists, ghosts) are a list id per expert (`where`) and a stamp
 that grows per stream (`stamp`, `clock`), with each list's length kept (`held`): the
@@ -104,6 +109,11 @@ def nothing(s, row, e):
 
 
 @njit(inline="always")
+def learns_nothing(s, row, request):
+    """An on_token hook the rule does not need."""
+
+
+@njit(inline="always")
 def oldest(s, row, queue, busy):
     """The expert of stream `row` in list `queue` with the lowest stamp that the token does
     not need (-1: none). The arrays are taken out of the state once: an access
@@ -113,6 +123,24 @@ def oldest(s, row, queue, busy):
         if where[row, x] == queue and stamp[row, x] < best and not busy[x]:
             best, found = stamp[row, x], x
     return found
+
+
+@njit(inline="always")
+def lowest(s, row, e, busy):
+    """A victim hook for a rule that keys each resident in s.key [streams, N] and every
+    other expert FAR (LRU, farthest-future): the lowest key the token does not need, ties
+    to the lowest id (-1: none)."""
+    key, best, found = s.key, FAR, -1
+    for x in range(key.shape[1]):
+        if key[row, x] < best and not busy[x]:
+            best, found = key[row, x], x
+    return found
+
+
+@njit(inline="always")
+def unkey(s, row, e):
+    """The on_evict hook beside `lowest`: e leaves the pool, keyed FAR."""
+    s.key[row, e] = FAR
 
 
 @njit(inline="always")
@@ -198,14 +226,16 @@ def state_type(module: str, *fields: str) -> type:
     return namedtuple("State", LIST_FIELDS + fields, module=module)
 
 
-HOOKS: dict[type, tuple] = {}  # a rule's State class -> its five hooks
+HOOKS: dict[type, tuple] = {}  # a rule's State class -> its six hooks
 
 
-def register(state: type, on_hit, on_miss, victim, on_evict, on_insert) -> None:
+def register(
+    state: type, on_hit, on_miss, victim, on_evict, on_insert, on_token=learns_nothing
+) -> None:
     """Name a rule's hooks for its State class: the drivers find them by the type of the
     state they are given, so they are plain cached functions (one compilation per rule,
     kept on disk) with the hooks compiled in."""
-    HOOKS[state] = (on_hit, on_miss, victim, on_evict, on_insert)
+    HOOKS[state] = (on_hit, on_miss, victim, on_evict, on_insert, on_token)
 
 
 # Python stubs of the hooks the drivers call; each overload below resolves one, at compile
@@ -215,6 +245,7 @@ def on_miss(s, row, e): ...
 def victim(s, row, e, busy): ...
 def on_evict(s, row, e): ...
 def on_insert(s, row, e): ...
+def on_token(s, row, request): ...
 
 
 def resolver(stub, place: int):
@@ -228,55 +259,73 @@ def resolver(stub, place: int):
     return resolve
 
 
-for place, stub in enumerate((on_hit, on_miss, victim, on_evict, on_insert)):
+for place, stub in enumerate((on_hit, on_miss, victim, on_evict, on_insert, on_token)):
     overload(stub, inline="always")(resolver(stub, place))
 
 
 @compiled
-def token(s, row, request, missed, free, busy, resident, victims, nv):
-    """One token of one stream: hits, then per miss room and insertion. Appends victims
-    (expert ids) at victims[nv:] and returns the new nv, or -1 for an invalid victim."""
-    for e in request:
-        busy[e] = True
-    for j in range(len(request)):
-        if not missed[j]:
-            on_hit(s, row, request[j])
-    for j in range(len(request)):
-        if not missed[j]:
-            continue
-        e = request[j]
-        on_miss(s, row, e)
-        if free > 0:
-            free -= 1
-        else:
-            v = victim(s, row, e, busy)
-            if v < 0 or busy[v] or not resident[v]:
-                nv = -1
-                break
-            on_evict(s, row, v)
-            resident[v] = False
-            victims[nv] = v
-            nv += 1
-        on_insert(s, row, e)
-        resident[e] = True
-    for e in request:
-        busy[e] = False
+def run(s, row, requests, held, capacity, busy, resident, missed, victims, copies, full):
+    """Tokens requests [T, k] (expert ids) of stream `row`, in order, into its pool
+    (resident [N], holding `held`): per token its hits, then per miss room and insertion,
+    then on_token. Writes each token's copies[t] and full[t] (whether the pool had been
+    full before it, records/counting.py) and the last token's victims at victims[:nv];
+    returns nv, or -1 for an invalid victim. Replay calls it once per stream: a call per
+    token took about twice as long at one expert per token (measured)."""
+    k = requests.shape[1]
+    been_full, nv = has_been_full(False, held, capacity), 0
+    for t in range(len(requests)):
+        request, misses, nv = requests[t], 0, 0
+        for j in range(k):
+            busy[request[j]] = True
+            missed[j] = not resident[request[j]]
+            misses += missed[j]
+        for j in range(k):
+            if not missed[j]:
+                on_hit(s, row, request[j])
+        free = capacity - held
+        for j in range(k):
+            if not missed[j]:
+                continue
+            e = request[j]
+            on_miss(s, row, e)
+            if free > 0:
+                free -= 1
+            else:
+                v = victim(s, row, e, busy)
+                if v < 0 or busy[v] or not resident[v]:
+                    return -1
+                on_evict(s, row, v)
+                resident[v] = False
+                victims[nv] = v
+                nv += 1
+            on_insert(s, row, e)
+            resident[e] = True
+        for j in range(k):
+            busy[request[j]] = False
+        on_token(s, row, request)
+        copies[t], full[t] = misses, been_full
+        held = min(capacity, held + misses)
+        been_full = has_been_full(been_full, held, capacity)
     return nv
 
 
 @compiled
-def step_streams(s, requests, missed, count, capacity, resident):
-    """Token t of the first n streams: requests [n, k] (expert ids), missed [n, k],
-    count [n] residents before, resident [n, N] (updated). Returns flat victims
-    (row * N + expert), or None for an invalid one."""
-    n, width = resident.shape
+def step_streams(s, requests, count, capacity, resident):
+    """Token t of the first n streams: requests [n, k] (expert ids), count [n] residents
+    before, resident [n, N] (updated). Returns flat victims (row * N + expert) and
+    whether every victim was valid."""
+    (n, width), k = resident.shape, requests.shape[1]
     busy = np.zeros(width, dtype=np.bool_)
-    out = np.empty(n * requests.shape[1], dtype=np.int64)
-    local = np.empty(requests.shape[1], dtype=np.int64)
+    missed = np.empty(k, dtype=np.bool_)
+    out = np.empty(n * k, dtype=np.int64)
+    local = np.empty(k, dtype=np.int64)
+    copies, full = np.empty(1, dtype=np.int64), np.empty(1, dtype=np.bool_)
     total = 0
     for row in range(n):
-        free = capacity - count[row]
-        got = token(s, row, requests[row], missed[row], free, busy, resident[row], local, 0)
+        one = requests[row : row + 1]
+        got = run(
+            s, row, one, count[row], capacity, busy, resident[row], missed, local, copies, full
+        )
         if got < 0:
             return out[:0], False
         for i in range(got):
@@ -299,20 +348,12 @@ def replay_streams(s, requests, lengths, capacity, width):
     victims = np.empty(k, dtype=np.int64)
     for row in range(streams):
         resident[:] = False
-        held, been_full = 0, False
-        for t in range(lengths[row]):
-            request = requests[row, t]
-            misses = 0
-            for j in range(k):
-                missed[j] = not resident[request[j]]
-                misses += missed[j]
-            full[row, t] = been_full
-            free = capacity - held
-            if token(s, row, request, missed, free, busy, resident, victims, 0) < 0:
-                return copies, full, False
-            copies[row, t] = misses
-            held = min(capacity, held + misses)
-            been_full = has_been_full(been_full, held, capacity)
+        mine = requests[row, : lengths[row]]
+        if (
+            run(s, row, mine, 0, capacity, busy, resident, missed, victims, copies[row], full[row])
+            < 0
+        ):
+            return copies, full, False
     return copies, full, True
 
 
@@ -329,20 +370,23 @@ class CompiledEventPolicy(EventPolicy):
         requests = at - self.start[:n]
         miss = pools.base.take(at) >= OUTSIDE
         resident = pools.base[:n] < OUTSIDE
-        victims, ok = step_streams(
-            self.state, requests, miss, pools.count[:n], self.capacity, resident
-        )
+        victims, ok = step_streams(self.state, requests, pools.count[:n], self.capacity, resident)
         if not ok:
             raise MoecacheError(f"policy {self.name}: invalid victim at token {t}")
         return StepPlan(at, miss, miss.sum(axis=1), victims)
 
-    def replay(self, requests: np.ndarray, lengths: np.ndarray):
-        """Copies [S, T] and full-before [S, T] of every stream of `requests` [S, T, k]
-        (expert ids, padded past `lengths`), from a fresh state."""
+    def compiled_state(self, requests, lengths):
+        """A fresh state for every stream of `requests` (EventPolicy.reset makes it)."""
         self.reset(streams=len(requests))
-        copies, full, ok = replay_streams(
-            self.state, requests, lengths, self.capacity, self.num_experts
-        )
-        if not ok:
-            raise MoecacheError(f"policy {self.name}: invalid victim")
-        return copies, full
+        return self.state
+
+
+def replay(name: str, state, requests: np.ndarray, lengths: np.ndarray, capacity, width):
+    """Copies [S, T] and full-before [S, T] of every stream of `requests` [S, T, k]
+    (expert ids, padded past `lengths`) under the rule whose hooks are registered for
+    `state`'s class (`name`, for the error), from `state`, fresh."""
+    requests = np.ascontiguousarray(requests, dtype=np.int64)
+    copies, full, ok = replay_streams(state, requests, lengths, capacity, width)
+    if not ok:
+        raise MoecacheError(f"policy {name}: invalid victim")
+    return copies, full

@@ -5,8 +5,8 @@ stream, in replay) and starts it empty. It copies experts in groups: a group is 
 made together at one point of the decoding. In the blocking harness it is one plan's
 admitted experts (harness/pool.py); in the overlapped harness one submission of demand or
 of prefetched copies (harness/async_pool.py); in replay one token of a stream
-(replay/engine.py, and compiled in policies/kernels.py and replay/fast.py) or one round of
-a batched step (replay/batch.py).
+(replay/engine.py, and compiled in policies/kernels.py) or one round of a batched step
+(replay/batch.py).
 
 - The pool *has been full* once a group has left it holding C experts, and stays so for
   the rest of the sequence whatever it evicts later (a lossless pool stays full anyway:

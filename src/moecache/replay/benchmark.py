@@ -1,7 +1,7 @@
 """Replay speed beside libCacheSim's on a paper-scale trace.
 
 Ours replays with per-token semantics (a token's experts arrive together and none of them
-may be evicted for another; LRU and farthest-future compiled, moecache.replay.fast);
+may be evicted for another; LRU, farthest-future and the zoo compiled, policies/kernels.py);
 libCacheSim replays the same demand flattened to single requests, its native model. Rounds
 interleave the two so that machine noise hits both; speed is requests per second at each
 side's median round, and the ratio (libCacheSim's seconds over ours, summed over the
@@ -18,10 +18,9 @@ import time
 import numpy as np
 
 from moecache import intervals
-from moecache.policies import POLICIES, EventPolicy
-from moecache.policies.kernels import CompiledEventPolicy
+from moecache.policies import POLICIES, EventPolicy, EvictionPolicy
 from moecache.records.demand import Demand, padded
-from moecache.replay import engine, fast, lp, optimum, reference
+from moecache.replay import engine, lp, optimum, reference
 
 
 def paper_scale(settings: dict, seed: int) -> Demand:
@@ -95,9 +94,10 @@ def speed(rule: str, requests: int, ours: list, theirs: list, first: float, seed
     """Rates at the median round; the ratio is libCacheSim's time over ours summed over
     the rounds, with a 95% bootstrap interval over the rounds (pairs of one round)."""
     policy = POLICIES[rule]
-    compiled = rule in fast.RULES or issubclass(policy, CompiledEventPolicy)
+    # A rule with a compiled state replays through the kernel table (given no parameters).
+    compiled = policy.compiled_state is not EvictionPolicy.compiled_state
     replay = {
-        "engine": "numba" if compiled else "numpy",  # LRU and farthest-future: replay.fast
+        "engine": "numba" if compiled else "numpy",
         "vectorised": not issubclass(policy, EventPolicy),  # a ranking rule, any engine
         "rounds": len(ours),
         "first_seconds": first,  # the untimed first run, compilation included

@@ -88,21 +88,13 @@ def make_rule(text: str, demand: Demand, capacity: int, top_k: int | None = None
 
 def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
     """Replay every stream of `demand` under `policy` (whose capacity is the pool's)."""
-    from moecache.policies.kernels import CompiledEventPolicy
     from moecache.policies.pools import Pools
-    from moecache.replay import fast
 
     capacity = policy.capacity
     demand.check_capacity(capacity)
-    rule = None if keep else fast.fast_rule(policy)
-    if rule:  # LRU or farthest-future, compiled: every stream in one call
-        copies, full = fast.replay(
-            rule, demand.requests, demand.lengths, capacity, demand.num_experts
-        )
-        return tally(copies, full, capacity, demand)
-    if isinstance(policy, CompiledEventPolicy) and not keep:  # every stream in one call
-        copies, full = policy.replay(demand.requests, demand.lengths)
-        return tally(copies, full, capacity, demand)
+    done = None if keep else compiled(demand, policy)
+    if done is not None:
+        return tally(*done, capacity, demand)
     # Longest streams first: the streams still running at token t are then the first rows.
     order = np.argsort(-demand.lengths, kind="stable")
     requests, lengths = demand.requests[order], demand.lengths[order]
@@ -137,6 +129,19 @@ def run(demand: Demand, policy: EvictionPolicy, keep: bool = False) -> Counts:
         counts.residents = residents.transpose(1, 0, 2)[back]
         counts.evictions = evictions.transpose(1, 0, 2)[back]
     return counts
+
+
+def compiled(demand: Demand, policy: EvictionPolicy):
+    """Copies [S, T] and full-before [S, T] of every stream of `demand` in one compiled
+    call through the kernel table (policies/kernels.py), or None where the rule has no
+    compiled state (EvictionPolicy.compiled_state) and `run` steps it."""
+    from moecache.policies import kernels
+
+    state = policy.compiled_state(demand.requests, demand.lengths)
+    if state is None:
+        return None
+    args = demand.requests, demand.lengths, policy.capacity, demand.num_experts
+    return kernels.replay(policy.name, state, *args)
 
 
 def tally(copies: np.ndarray, full: np.ndarray, capacity: int, demand: Demand) -> Counts:

@@ -1,11 +1,11 @@
 """Per-request LRU and Belady's MIN in plain Python, for a trace too small to repay numba.
 
 `moecache replay --per-request` on one shard (about 10^5 single requests) is over before
-numba has started: importing it and loading the cached kernels of moecache.replay.fast
-costs about 0.45 s, while these loops take about 0.07 s for both rules (0.65 s per
-million requests against the kernels' 0.15 plus that start). Above
-`PLAIN_REQUESTS` single requests the compiled kernels win and moecache.replay.flat uses
-them. Both give the same counts as the kernels with k = 1 (tests/test_replay_startup.py
+numba has started: importing it and loading the cached kernels of the compiled replay
+(moecache.replay.engine.compiled) costs about 0.45 s, while these loops take about 0.07 s
+for both rules (0.65 s per million requests against the kernels' 0.15 plus that start).
+Above `PLAIN_REQUESTS` single requests the compiled kernels win and moecache.replay.flat
+uses them. Both give the same counts as the kernels with k = 1 (tests/test_replay_startup.py
 checks them against each other): LRU evicts the least recently requested expert; MIN the
 one requested again latest, ties (experts never requested again) to the least recently
 requested. No numba, no policies here: that is the point. moecache.replay.flat.replayed_once
@@ -31,7 +31,7 @@ def fits(demand: Demand, text: str) -> bool:
 
 def replay(text: str, demand: Demand, capacity: int):
     """Copies [S, T] per single request and whether the pool had been full before it, as
-    moecache.replay.fast.replay gives them for a demand of one request per token."""
+    moecache.replay.engine.compiled gives them for a demand of one request per token."""
     copies = np.zeros(demand.requests.shape[:2], dtype=np.int64)
     full = np.zeros(demand.requests.shape[:2], dtype=bool)
     count = lru if text == "lru" else farthest
