@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from moecache import config as configs
 from moecache import policies
 from moecache.errors import MoecacheError
 from moecache.harness import placement
@@ -44,16 +45,9 @@ SHARED = (
 
 
 def settings_of(settings: dict) -> dict:
-    """harness.tiers with its defaults, checked against the model."""
-    section = {
-        "host": 32,
-        "rule": "lru",
-        "host_rule": "lru",
-        "admissions": ["always", "bypass"],
-        "sequences": 2,
-        "tokens": 32,
-        "repeats": 3,
-    } | (settings["harness"].get("tiers") or {})
+    """harness.tiers (filled in as it loaded; all defaults when the config has none, as a
+    `moecache tiers-harness` outside the workflow may), checked against the model."""
+    section = settings["harness"].get("tiers") or configs.with_defaults({}, "harness", "tiers")
     arch, capacity = settings["model"]["architecture"], settings["harness"]["capacity"]
     host = section["host"]
     if host is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moecache import config as configs
 from moecache.errors import MoecacheError
 from moecache.replay import tier_report
 from moecache.replay import tiers as tiered
@@ -91,9 +92,8 @@ def disk_read(expert_bytes: int, settings: dict, disk_gbs: float | None) -> dict
             "gib_per_s": disk_gbs,
             "source": f"stated: a disk of {disk_gbs:g} GiB/s (--disk-gbs), not measured",
         }
-    section = settings.get("tiers") or {}
-    ms = tier_report.prices(section)["disk_to_host_ms"]
-    if "disk_to_host_ms" in section:
+    ms = tier_report.prices(settings.get("tiers"))["disk_to_host_ms"]
+    if ms != configs.schema_default("tiers", "disk_to_host_ms"):
         source = "the config's tiers.disk_to_host_ms, one expert read as stated there"
     else:
         source = (

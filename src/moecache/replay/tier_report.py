@@ -17,14 +17,10 @@ _TOL = 1e-9  # relative: float sums of prices equal up to rounding
 
 
 def prices(section: dict | None = None) -> dict:
-    """The `tiers` section's prices with the schema's defaults for those it lacks (its
-    other keys, the report's grid and the harness's, are not prices)."""
-    keys = config.schema()["properties"]["tiers"]["properties"]
-    return {
-        key: (section or {}).get(key, spec["default"])
-        for key, spec in keys.items()
-        if key.endswith("_ms")
-    }
+    """The `tiers` section's prices (filled in as it loaded; the schema's defaults when the
+    config has no such section); its other keys, the report's grid, are not prices."""
+    section = section or config.with_defaults({}, "tiers")
+    return {key: value for key, value in section.items() if key.endswith("_ms")}
 
 
 def event_prices(section: dict) -> tier_bound.Prices:
