@@ -45,15 +45,7 @@ def on_token(s, row, request):
     s.tokens[row] = t + 1
 
 
-kernels.register(
-    State,
-    kernels.nothing,
-    kernels.nothing,
-    kernels.lowest,
-    kernels.unkey,
-    kernels.nothing,
-    on_token,
-)
+kernels.register_keyed(State, on_token)
 
 
 class FarthestFuture(EvictionPolicy):

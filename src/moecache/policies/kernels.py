@@ -238,6 +238,12 @@ def register(
     HOOKS[state] = (on_hit, on_miss, victim, on_evict, on_insert, on_token)
 
 
+def register_keyed(state: type, on_token) -> None:
+    """A rule whose residents hold a key learnt once each token is in (`on_token`; LRU's
+    recency, farthest-future's rank): the victim is the lowest key, and evicting unkeys."""
+    register(state, nothing, nothing, lowest, unkey, nothing, on_token)
+
+
 # Python stubs of the hooks the drivers call; each overload below resolves one, at compile
 # time, to the hook registered for the state's class.
 def on_hit(s, row, e): ...
