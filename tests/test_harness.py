@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 import torch
-from conftest import SMOKE, load_yaml, moecache
+from conftest import SMOKE, load_settings, load_yaml, moecache
 from fake_clock import FakeClock
 from run_records import gates_record
 
@@ -32,7 +32,7 @@ from moecache.records.profile import ProbeResult
 
 @pytest.fixture
 def smoke(smoke_run):
-    config = load_yaml(SMOKE)
+    config = load_settings(SMOKE)
     arch = config["model"]["architecture"]
     model = checkpoint.load(smoke_run / "results/model", "float32", "cpu", arch)
     # The smoke model is barely trained: its logits hardly depend on the hidden state. Scale
@@ -450,7 +450,7 @@ def test_link_check_from_the_pipeline(smoke_run):
 
 
 def test_decode_results_from_the_pipeline(smoke_run):
-    config = load_yaml(SMOKE)
+    config = load_settings(SMOKE)
     runs = config["harness"]["runs"]
     decoded = {json.loads(p.read_text())["policy"] for p in smoke_run.glob("results/runs/*/*")}
     # Every policy runs closed loop, and the zoo's best two in replay (each zoo
@@ -575,7 +575,7 @@ def test_a_shard_plans_its_runs_at_1x_and_the_first_shard_every_multiplier(smoke
 
 
 def test_decode_refuses_bad_input_in_one_line(smoke_run, tmp_path):
-    config = load_yaml(SMOKE)
+    config = load_settings(SMOKE)
     settings = {k: config[k] for k in ("seed", "hub_offline", "model", "harness")}
     runs = settings["harness"]["runs"]
     cases = [

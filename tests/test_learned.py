@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import load_yaml, moecache
+from conftest import load_settings, moecache
 from hypothesis import given
 from test_policies import simulate
 from test_replay import SETTINGS, demands
@@ -254,7 +254,7 @@ def test_pipeline_scorers_agree_in_replay_and_closed_loop(smoke_run):
     control on permuted labels, selected by validation loss; held-out sequences unfitted."""
     from conftest import SMOKE
 
-    config = load_yaml(SMOKE)
+    config = load_settings(SMOKE)
     evaluation = read_dict(smoke_run / "results/learned/evaluation.json", LearnedEvaluation)
     loops = [loop for r in evaluation["shards"].values() for loop in r["closed_loop"].values()]
     assert len(loops) == len(config["learned"]["closed_loop"]) + 1  # router/* on both shards
@@ -292,7 +292,7 @@ def test_training_trace_records_the_routing_the_harness_records(smoke_run):
     from moecache.harness import jobs
     from moecache.learned import trace
 
-    config = load_yaml(SMOKE)
+    config = load_settings(SMOKE)
     layers = config["harness"]["restricted_layers"]
     model = jobs.load_model(config, str(smoke_run / "results/model"), "cpu")
     sequences = corpus.read_sequences(smoke_run / "results/heldout/a.parquet")

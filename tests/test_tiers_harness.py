@@ -14,6 +14,7 @@ import pytest
 import torch
 from test_router_tuning import EXPERTS, TOP_K, tiny_model
 
+from moecache import config as configs
 from moecache.costs import tier_equation
 from moecache.errors import MoecacheError
 from moecache.harness import disk_pool, tier_record, tier_runs
@@ -31,12 +32,15 @@ def tiny_settings(**harness) -> dict:
     return {
         "seed": 0,
         "model": {"architecture": {"num_experts": EXPERTS, "num_experts_per_tok": TOP_K}},
-        "harness": {
-            "device": "cpu",
-            "restricted_layers": [0, 1],
-            "capacity": CAPACITY,
-            "tiers": {"host": HOST, "sequences": 3, "tokens": 20, "repeats": 2} | harness,
-        },
+        "harness": configs.with_defaults(
+            {
+                "device": "cpu",
+                "restricted_layers": [0, 1],
+                "capacity": CAPACITY,
+                "tiers": {"host": HOST, "sequences": 3, "tokens": 20, "repeats": 2} | harness,
+            },
+            "harness",
+        ),
     }
 
 
@@ -220,7 +224,6 @@ def test_a_rule_that_reads_the_future_is_refused():
 
 
 def test_the_schema_takes_the_harness_keys_and_refuses_a_bad_one():
-    from moecache import config as configs
 
     settings = configs.load(REPO / "config/config.yaml")
     harness = {"host": 32, "admissions": ["always", "bypass"], "sequences": 2, "tokens": 32}

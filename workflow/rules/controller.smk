@@ -25,7 +25,7 @@ rule controller_train:
         "benchmarks/controller/train/{heads}.tsv"
     conda:
         CONDA_ENV
-    threads: CONTROLLER["threads"]
+    threads: CONTROLLER.get("threads", 1)
     resources:
         gpu=1,
     params:

@@ -24,7 +24,7 @@ rule router_train:
         "benchmarks/router_tuning/train/{variant}.tsv"
     conda:
         CONDA_ENV
-    threads: ROUTER["threads"]
+    threads: ROUTER.get("threads", 1)
     resources:
         gpu=1,
     params:
@@ -62,7 +62,7 @@ rule router_measure:
             "moecache router-measure --settings {params.settings:q} --name {wildcards.measured}"
             " --model {params.model:q} --tokenizer {params.tokenizer:q}"
             " --sequences {input.sequences} --out {output} > {log} 2>&1",
-            ROUTER["threads"],
+            ROUTER.get("threads", 1),
         )
 
 
