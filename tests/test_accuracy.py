@@ -105,7 +105,7 @@ def test_an_oracle_refresh_takes_the_most_requested_experts_of_the_next_k_tokens
     policy.reset(stream)
     resident: set[int] = set()
     for t, request in enumerate(stream):
-        plan = policy.plan(t, request, None, resident)
+        plan = policy.change(t, request, None, resident)
         resident = (resident - set(plan.evict)) | set(plan.admit)
         if plan.refresh:
             counts = np.bincount(np.ravel(stream[t : t + k]), minlength=8)

@@ -72,18 +72,18 @@ def test_a_bad_batched_section_is_refused_in_one_line(smoke_config, change, mess
 
 
 def test_the_plan_refuses_what_the_config_does_not_batch(smoke_config):
-    assert [str(s) for s, _ in batched_runs.plan(smoke_config, 4)] == [
+    assert [str(s) for s, _ in batched_runs.to_decode(smoke_config, 4)] == [
         "b4-static-p0",
         "b4-static-p8",
         "b4-continuous-p0",
     ]
     with pytest.raises(MoecacheError, match="^--batch 3: not one of harness.batch_sizes$"):
-        batched_runs.plan(smoke_config, 3)
+        batched_runs.to_decode(smoke_config, 3)
     with pytest.raises(MoecacheError, match="^--run static: not one of harness.batched.runs$"):
-        batched_runs.plan(smoke_config, 4, "static", BatchShape(4))
+        batched_runs.to_decode(smoke_config, 4, "static", BatchShape(4))
     with pytest.raises(MoecacheError, match="^--shape b4-continuous-p8: not one of"):
-        batched_runs.plan(smoke_config, 4, "lru", BatchShape(4, "continuous", 8))
-    fanned = batched_runs.plan(smoke_config, 4, "lru", BatchShape(4))
+        batched_runs.to_decode(smoke_config, 4, "lru", BatchShape(4, "continuous", 8))
+    fanned = batched_runs.to_decode(smoke_config, 4, "lru", BatchShape(4))
     assert fanned == [(BatchShape(4), ["all", "lru"])]
 
 

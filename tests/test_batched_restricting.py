@@ -98,7 +98,7 @@ def test_the_factory_builds_fresh_policies_for_the_union():
     dwell = batched.policy_factory(DWELL, CAPACITY, EXPERTS, TOP_K, 4)()
     assert dwell.top_k == EXPERTS  # plans on a whole union, however wide
     dwell.reset()
-    dwell.plan(0, list(range(12)), None, set())  # a union of 12 > C experts is one request
+    dwell.change(0, list(range(12)), None, set())  # a union of 12 > C experts is one request
 
 
 @pytest.mark.parametrize(

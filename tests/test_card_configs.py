@@ -15,7 +15,7 @@ from conftest import REPO, moecache, snakemake
 
 from moecache import config as configs
 from moecache.plan import RESERVE_GIB, cards, fit
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 GIB = 2**30
 CARDS = sorted((REPO / "config" / "cards").glob("*.yaml"))
@@ -63,7 +63,7 @@ def test_a_card_config_holds_the_c_its_jobs_fit(name, picked):
     chosen, nxt = found["chosen"], found["next"]
     capacity = harness["capacity"]
     assert capacity == chosen["capacity"]
-    own = plan.plan(settings, gib)
+    own = accountant.account(settings, gib)
     assert own["fits"] and own["device_peak_bytes"] == chosen["device_peak_bytes"] <= left
     assert settings["replay"]["capacities"] == [capacity]
     # C + 1 would not fit, unless C is the most a config holds.

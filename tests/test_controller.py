@@ -51,7 +51,7 @@ def test_a_higher_threshold_never_refreshes_more_often(betas, low, step):
         policy.reset()
         for t, beta in enumerate(betas):
             policy.see(np.concatenate([[beta], rng.standard_normal(16)]))
-            plan = policy.plan(t, [0, 1], None, resident)
+            plan = policy.change(t, [0, 1], None, resident)
             resident = (resident - set(plan.evict)) | set(plan.admit)
             marks.append(plan.refresh and t > 0)
         refreshed[threshold] = marks
@@ -64,10 +64,10 @@ def test_the_cached_set_is_kept_across_sequences():
     policy = bare_controller(0.5)
     policy.reset()
     policy.see(np.concatenate([[0.0], np.arange(16.0)]))
-    first = policy.plan(0, [0, 1], None, set())
+    first = policy.change(0, [0, 1], None, set())
     policy.reset()  # a new sequence: an empty pool, the same set
     policy.see(np.concatenate([[0.0], -np.arange(16.0)]))
-    again = policy.plan(0, [0, 1], None, set())
+    again = policy.change(0, [0, 1], None, set())
     assert sorted(again.admit) == sorted(first.admit) == [12, 13, 14, 15]
     assert not again.refresh
 

@@ -23,7 +23,7 @@ from moecache.model import memory, registry, tiny
 from moecache.model.kernel import PER_EXPERT
 from moecache.model.memory import LEDGER
 from moecache.records.gates import POOL_TOLERANCE
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 ARCH = {
     "hidden_size": 32,
@@ -152,7 +152,7 @@ def test_decoded_runs_keep_the_own_blocks_nll_on_the_cuda_path(kernel):
         results = decode.decode(model, SEQUENCES, "cpu", arms, off.own, 1, lockstep=True)
         assert off.link.nbytes > 0 and "link ring" in LEDGER.peak_parts[memory.DEVICE]
     # Every arm's cache counted at its longest, all four at once.
-    per_token = plan.kv_bytes_per_token(model.config, 4)
+    per_token = accountant.kv_bytes_per_token(model.config, 4)
     assert LEDGER.peak_parts[memory.DEVICE]["kv cache"] == 4 * per_token * len(SEQUENCES[0])
     base = results["base"]["totals"]["nll"]
     for name in ("lru", "lru-2x", "overlapped"):

@@ -15,7 +15,7 @@ from conftest import TINY_ARCH
 from moecache.controller.mixture import ControlledBlock
 from moecache.controller.train import new_heads
 from moecache.model import registry, routing, tiny
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 ARCH = TINY_ARCH
 N, K, LAYER, VOCAB = ARCH["num_experts"], ARCH["num_experts_per_tok"], 1, 64
@@ -240,4 +240,4 @@ def test_the_plan_counts_the_kv_cache_transformers_holds(family):
         for layer in cache.layers
         for tensor in (layer.keys, layer.values)
     )
-    assert held == plan.kv_bytes_per_token(own_model.config, element=4) * tokens
+    assert held == accountant.kv_bytes_per_token(own_model.config, element=4) * tokens

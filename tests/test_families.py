@@ -20,7 +20,7 @@ from moecache.config import ConfigError
 from moecache.errors import MoecacheError
 from moecache.harness import decode, gates
 from moecache.model import checkpoint, registry, tiny
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 sys.path.insert(0, str(Path(__file__).parent / "rehearsal"))
 import build as rehearsal  # noqa: E402
@@ -170,7 +170,7 @@ def test_the_plan_predicts_the_bytes_the_harness_holds(saved):
         "harness": HARNESS,
         "corpus": {"heldout": {"max_tokens": 16}},
     }
-    predicted = plan.plan(settings)
+    predicted = accountant.account(settings)
     model = load(family, folder)
     with decode.offloaded(model, LAYERS, CAPACITY, "cpu", 1) as off:
         held = off.device_bytes()
@@ -246,7 +246,7 @@ def test_no_module_outside_model_names_a_family_specific_module_or_parameter():
 
     specific = re.compile(
         r"Olmoe[A-Z]\w*|modeling_olmoe|\.mlp\b|mlp\.gate|model\.model\.layers|"
-        # shared_expert_bytes is the plan's own report key (schedule/plan.py), not a module
+        # shared_expert_bytes is the plan's own report key (schedule/accountant.py), not a module
         r"block_sparse_moe|shared_expert(?!_bytes)|e_score_correction_bias|mlp\.router"
     )
     source = Path(__file__).parents[1] / "src" / "moecache"

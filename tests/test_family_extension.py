@@ -24,7 +24,7 @@ from moecache import config as configs
 from moecache import model as package
 from moecache.harness import decode, gates
 from moecache.model import checkpoint, registry, tiny
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 sys.path.insert(0, str(Path(__file__).parent / "rehearsal"))
 import build as rehearsal  # noqa: E402
@@ -79,7 +79,7 @@ def new_family(root: Path, monkeypatch):
         # The checkpoint's config.json, as its hub page has it (here: the tiny model's).
         keys = tiny.config(FAMILY, ARCH, VOCAB).to_dict()
         published.write_text(json.dumps(keys, default=str))
-        monkeypatch.setattr(plan, "PUBLISHED", published.parent)
+        monkeypatch.setattr(accountant, "PUBLISHED", published.parent)
         yield [adapter, published]
     finally:
         package.__path__.remove(str(adapter.parent))
@@ -155,7 +155,7 @@ def test_the_new_family_runs_the_gates_and_the_plan(tmp_path, monkeypatch):
             "harness": HARNESS,
             "corpus": {"heldout": {"max_tokens": 16}},
         }
-        predicted = plan.plan(planned)
+        predicted = accountant.account(planned)
         with decode.offloaded(loaded, LAYERS, CAPACITY, "cpu", 1) as off:
             held = off.device_bytes()
         assert predicted["weights_bytes"] == held["weights_bytes"]

@@ -94,20 +94,20 @@ def test_a_bad_fan_out_is_refused_in_one_line(tmp_path, smoke_config):
 def test_a_run_a_shard_does_not_decode_is_refused(smoke_config):
     settings = fanned(smoke_config, "run")
     with pytest.raises(MoecacheError, match="run lru at 10x: not decoded on shard b"):
-        runs.plan_run(settings, "b", "a", "lru", 10)
+        runs.runs_for_run(settings, "b", "a", "lru", 10)
 
 
 def test_a_run_plans_its_reference_and_the_demand_it_reads(smoke_config):
     settings = fanned(smoke_config, "run")
-    assert list(runs.plan_run(settings, "a", "a", "lru", 1)) == ["all-x1", "lru-x1"]
-    assert list(runs.plan_run(settings, "a", "a", "all", 1)) == ["all-x1"]
-    ff = runs.plan_run(settings, "b", "a", "farthest-future", 1)
+    assert list(runs.runs_for_run(settings, "a", "a", "lru", 1)) == ["all-x1", "lru-x1"]
+    assert list(runs.runs_for_run(settings, "a", "a", "all", 1)) == ["all-x1"]
+    ff = runs.runs_for_run(settings, "b", "a", "farthest-future", 1)
     assert list(ff) == ["lru-x1", "all-x1", "farthest-future-x1"]
-    scaled = runs.plan_run(settings, "a", "a", "farthest-future", 10)
+    scaled = runs.runs_for_run(settings, "a", "a", "farthest-future", 10)
     assert list(scaled) == ["lru-x1", "farthest-future-x10"]
     assert scaled["lru-x1"].limit == 2  # its demand is read on the scaled sequences only
     del settings["harness"]["runs"]["all"]  # no all-resident run: one of its own
-    assert runs.plan_run(settings, "b", "a", "lru", 1)["all-resident-x1"].capacity == 16
+    assert runs.runs_for_run(settings, "b", "a", "lru", 1)["all-resident-x1"].capacity == 16
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def decode_both(tmp_path, smoke_config, model_and_sequences) -> tuple[dict, dict
     jobs.run_decode(
         shard, None, None, "a", "a", gates_file, tmp_path / "shard", loaded=model_and_sequences
     )
-    labels = list(runs.plan_shard(shard, "a", "a"))
+    labels = list(runs.runs_for_shard(shard, "a", "a"))
     fanned_out = fanned(smoke_config, "run")
     for label in labels:
         jobs.run_decode(

@@ -23,7 +23,7 @@ from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.pooled_block import PooledMoeBlock
 from moecache.model import checkpoint
 from moecache.model.memory import slow_link_kind as link_kind
-from moecache.policies import POLICIES, ZOO, Plan
+from moecache.policies import POLICIES, ZOO, PoolChange
 from moecache.records.bandwidth import BandwidthResult, LinkCheckResult
 from moecache.records.gates import GatesResult
 from moecache.records.io import read_dict
@@ -306,7 +306,7 @@ def test_a_ring_multiplier_moves_m_times_the_bytes(smoke, monkeypatch):
         SlowLink, "repeat", lambda self, times: (moved.append(times), repeat(self, times))
     )
     pool = ExpertPool(host, 8, 3, link)
-    pool.apply(Plan(admit=[5, 7]))
+    pool.apply(PoolChange(admit=[5, 7]))
     assert torch.equal(host.slots["gate_up_proj"][pool.slot_of[7]], experts.gate_up_proj[7])
     assert torch.equal(host.slots["down_proj"][pool.slot_of[5]], experts.down_proj[5])
     assert moved == [2, 2] and pool.fills == 2 and pool.steady == 0 and pool.copy_seconds > 0
@@ -365,7 +365,7 @@ def test_a_charged_link_adds_m_minus_1_times_each_group_to_the_clocks(smoke, mon
     link = SlowLink(host.first_expert(), "cpu", 1, False, 8)
     assert link.kind == "charge" and link.nbytes == 0
     pool = ExpertPool(host, 8, 5, link)
-    pool.apply(Plan(admit=[5, 7]))
+    pool.apply(PoolChange(admit=[5, 7]))
     assert pool.copy_seconds == pytest.approx(5 * 2 * COPY_SECONDS)
     assert pool.charged == pytest.approx(4 * 2 * COPY_SECONDS)
     arch = config["model"]["architecture"]
@@ -563,7 +563,7 @@ def test_a_shard_plans_its_runs_at_1x_and_the_first_shard_every_multiplier(smoke
         "ff": run_spec("farthest-future", capacity=12, multipliers=[1, 10]),
         "lfu": run_spec("lfu", shards=["b"]),
     }
-    first = runs.plan_shard(smoke_config, "a", "a")
+    first = runs.runs_for_shard(smoke_config, "a", "a")
     assert list(first) == ["lru-x1", "lru-x10", "lru-x50", "ff-x1", "ff-x10"]
     ff = first["ff-x10"]
     assert (ff.name, ff.multiplier, ff.capacity, ff.reads) == ("ff", 10, 12, "lru-x1")
@@ -571,7 +571,7 @@ def test_a_shard_plans_its_runs_at_1x_and_the_first_shard_every_multiplier(smoke
     assert first["ff-x1"].make() is not first["ff-x1"].make()  # a fresh policy per arm
     assert runs.interleaved_with(first, "lru-x1") == ["ff-x1"]
     assert runs.interleaved_with(first, "lru-x10") == ["lru-twin-x1", "lru-x50"]
-    assert list(runs.plan_shard(smoke_config, "b", "a")) == ["lru-x1", "ff-x1", "lfu-x1"]
+    assert list(runs.runs_for_shard(smoke_config, "b", "a")) == ["lru-x1", "ff-x1", "lfu-x1"]
 
 
 def test_decode_refuses_bad_input_in_one_line(smoke_run, tmp_path):

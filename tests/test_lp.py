@@ -382,7 +382,7 @@ def test_greedy_scan_takes_the_farthest_future_policys_victims():
             policy.reset(stream)
             resident, paid = set(), 0.0
             for t, request in enumerate(stream):
-                plan = policy.plan(t, request, np.zeros(n, np.float32), frozenset(resident))
+                plan = policy.change(t, request, np.zeros(n, np.float32), frozenset(resident))
                 resident = (resident - set(plan.evict)) | set(plan.admit)
                 paid += costs[plan.admit].sum()
             assert greedy_stream(np.array(stream), n, c, costs, rule).cost == pytest.approx(paid)

@@ -92,8 +92,8 @@ def test_recency_keys_follow_request_order():
     """The key is (1 + t) * top_k + position in token t's request (0: never used)."""
     policy = make("lru", 4, 8, 3, {})
     policy.reset()
-    policy.plan(0, [5, 2, 7], uniform_probs(8, [5, 2, 7]), frozenset())
-    plan = policy.plan(1, [2, 6, 0], uniform_probs(8, [2, 6, 0]), frozenset({5, 2, 7}))
+    policy.change(0, [5, 2, 7], uniform_probs(8, [5, 2, 7]), frozenset())
+    plan = policy.change(1, [2, 6, 0], uniform_probs(8, [2, 6, 0]), frozenset({5, 2, 7}))
     assert plan.evict == [5]
     assert policy.recency[0].tolist() == [8, 0, 6, 0, 0, 3, 7, 5]
 
@@ -165,7 +165,7 @@ def test_farthest_future_follows_the_run_not_the_recorded_order():
     policy = make("farthest-future", 3, 4, 2, {})
     policy.reset(future=future)
     plans = [
-        policy.plan(t, r, uniform_probs(4, r), held)
+        policy.change(t, r, uniform_probs(4, r), held)
         for t, r, held in [(0, [1, 0], frozenset()), (1, [3, 2], frozenset({0, 1}))]
     ]
     # Token 1 needs room for 2 and 3: 1 (never again) goes, 0 (token 2) stays.

@@ -23,7 +23,7 @@ from moecache import gpu
 from moecache.harness import gates, jobs, nll, placement, runs
 from moecache.model import checkpoint, memory, registry, tiny
 from moecache.model.memory import LEDGER
-from moecache.schedule import plan
+from moecache.schedule import accountant
 from moecache.schedule import runs as schedule
 
 # Every config with a model (a trace study, config/trace.yaml, has none to hold), the cards'
@@ -40,7 +40,7 @@ def transformers_config(settings: dict):
     model = settings["model"]
     if str(model["source"]).startswith("rehearsal/"):
         return tiny.config(configs.family(settings), model["architecture"], VOCAB)
-    return plan.checkpoint_config(settings)
+    return accountant.checkpoint_config(settings)
 
 
 def one_moe_layer(settings: dict, tmp_path: Path) -> tuple[dict, Path]:
@@ -61,7 +61,7 @@ def one_moe_layer(settings: dict, tmp_path: Path) -> tuple[dict, Path]:
     # the stored formats' bytes are held to the pool's by tests/test_quantized.py.
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    dtype = plan.checkpoint.DTYPES[settings["model"]["dtype"]]
+    dtype = accountant.checkpoint.DTYPES[settings["model"]["dtype"]]
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
@@ -137,7 +137,7 @@ def test_the_accountants_peaks_are_the_plans_for_every_config(path, tmp_path):
 def held_to_the_plan(path, tmp_path) -> None:
     settings, folder = one_moe_layer(load_settings(path), tmp_path)
     sequences = [list(range(1, TOKENS + 1)), list(range(7, 7 + TOKENS))]
-    planned = plan.plan(settings, source=str(folder), tokens=TOKENS)
+    planned = accountant.account(settings, source=str(folder), tokens=TOKENS)
 
     model = jobs.load_model(settings, str(folder), "cpu")  # resets the accountant
     loaded_host = LEDGER.bytes(memory.HOST)
@@ -148,7 +148,7 @@ def held_to_the_plan(path, tmp_path) -> None:
     gc.collect()
     LEDGER.begin("decode")
     shard = next(iter(settings["corpus"]["heldout"]["shards"]))
-    runs.decode_runs(settings, model, sequences, runs.plan_shard(settings, shard, shard))
+    runs.decode_runs(settings, model, sequences, runs.runs_for_shard(settings, shard, shard))
     parts = LEDGER.report()
     peaks = parts["phase_peak_bytes"]  # load: transformers' reading, by the host census
 
@@ -169,7 +169,7 @@ def test_each_run_holds_its_own_capacity_and_the_shared_storage_its_largest(smok
     hold C each, and no arm is given N slots unless it is the all-resident run."""
     settings = smoke_config
     shard = next(iter(settings["corpus"]["heldout"]["shards"]))
-    planned = runs.plan_shard(settings, shard, shard)
+    planned = runs.runs_for_shard(settings, shard, shard)
     shared, groups = schedule.slot_layout(planned)
     # `moecache plan` sizes the job from the same runs, without building their policies.
     assert schedule.slot_layout(schedule.shard_slots(settings, shard, shard, True)) == (
@@ -188,15 +188,15 @@ def test_each_run_holds_its_own_capacity_and_the_shared_storage_its_largest(smok
 def test_a_reference_the_device_cannot_hold_is_left_out_in_one_line(smoke_config, capsys):
     settings = smoke_config
     settings["harness"]["device_gib"] = 1e-6
-    reason = plan.reference_left_out(settings)
+    reason = accountant.reference_left_out(settings)
     assert reason and "all-resident reference left out" in reason and "\n" not in reason
     shard = next(iter(settings["corpus"]["heldout"]["shards"]))
-    planned = runs.plan_shard(settings, shard, shard)
+    planned = runs.runs_for_shard(settings, shard, shard)
     assert all(run.spec["policy"] != "all" for run in planned.values())
     assert "left out" in capsys.readouterr().err
-    assert plan.plan(settings)["reference_kept"] is False
+    assert accountant.account(settings)["reference_kept"] is False
     settings["harness"]["device_gib"] = 80
-    assert plan.reference_left_out(settings) is None
+    assert accountant.reference_left_out(settings) is None
 
 
 def test_staged_own_blocks_give_the_models_own_nll_one_layer_at_a_time(smoke_config):
@@ -227,7 +227,7 @@ TRANSIENT_ARCH = TINY_ARCH | {"num_experts": 8, "num_experts_per_tok": 2}
 def test_the_nll_check_and_kv_cache_are_counted_as_the_plan_sizes_them(family, dtype):
     """The whole-sequence check's logits, float32 scores and log-probabilities and its KV
     cache, counted by the accountant while alive, are what the plan adds for them
-    (memory.nll_check_bytes, plan.kv_bytes_per_token) in every family and dtype."""
+    (memory.nll_check_bytes, accountant.kv_bytes_per_token) in every family and dtype."""
     model = tiny.model(family, TRANSIENT_ARCH, 64, seed=0).to(dtype)
     element = torch.empty(0, dtype=dtype).element_size()
     tokens = 11
@@ -236,7 +236,7 @@ def test_the_nll_check_and_kv_cache_are_counted_as_the_plan_sizes_them(family, d
     nll.batched_nll_sums(model, [list(range(1, tokens + 1))], "cpu")
     parts = LEDGER.peak_parts[memory.DEVICE]
     assert parts["nll check"] == memory.nll_check_bytes(tokens, 64, element)
-    kv = plan.kv_bytes_per_token(model.config, element) * tokens
+    kv = accountant.kv_bytes_per_token(model.config, element) * tokens
     assert parts["kv cache"] <= kv <= 1.05 * parts["kv cache"], (parts, kv)
     assert LEDGER.bytes(memory.DEVICE) == 0  # nothing left counted once they are freed
 

@@ -23,7 +23,7 @@ from moecache.harness.link import SlowLink
 from moecache.harness.overlapped_block import overlapped, rule_victims
 from moecache.harness.pool import HostExperts
 from moecache.model import tiny
-from moecache.policies import Plan
+from moecache.policies import PoolChange
 from moecache.records import trace
 from moecache.records.trace import read_demand as read_traced
 from moecache.replay import bound
@@ -186,9 +186,9 @@ def small_pool(capacity=4, experts=8):
 def test_a_plan_or_prefetch_evicting_a_needed_or_in_flight_expert_is_refused():
     pool, host = small_pool()
     pool.begin(0, [0, 1], needed=[0, 1])
-    pool.apply(Plan(admit=[0, 1]))
+    pool.apply(PoolChange(admit=[0, 1]))
     with pytest.raises(MoecacheError, match=r"refused to evict expert\(s\) \[0\]"):
-        pool.apply(Plan(admit=[2], evict=[0]))
+        pool.apply(PoolChange(admit=[2], evict=[0]))
     pool.wait(0), pool.wait(1)
     pool.end(0)
     pool.prefetch([2, 3], deadline=1, victims=lambda protected, n: [])
@@ -219,7 +219,7 @@ def test_the_rule_names_no_protected_victim():
     policy = policies.make("lru", 4, 8, 2, {})
     policy.reset()
     for t, request in enumerate([[0, 1], [2, 3], [4, 5]]):
-        policy.plan(t, request, None, set(range(min(2 * t, 4))))
+        policy.change(t, request, None, set(range(min(2 * t, 4))))
     chosen = rule_victims(policy, 3, {0, 1, 2, 3}, {0, 2}, 2)
     assert chosen == [1, 3]  # least recently used first, never 0 or 2
 
@@ -239,7 +239,7 @@ def test_a_pool_never_holds_more_than_capacity_resident_or_in_flight(steps):
     for t, (request, ahead) in enumerate(steps):
         request = sorted(request)
         pool.begin(t, request, request)
-        plan = policy.plan(t, request, None, pool.resident)
+        plan = policy.change(t, request, None, pool.resident)
         pool.settle(plan.evict)
         pool.apply(plan)
         assert len(pool.slot_of) <= pool.capacity

@@ -16,7 +16,7 @@ from moecache.errors import MoecacheError
 from moecache.harness import check_parts, check_sizes, gpu_check, paper_check, runs
 from moecache.harness.check_models import paper_checkpoint
 from moecache.model import checkpoint
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 OLMOE = {
     "hidden_size": 64,
@@ -56,7 +56,7 @@ def test_the_models_have_the_checkpoints_shapes_cut_to_a_few_layers(tmp_path):
     for name, config in (("olmoe", olmoe), ("gpt_oss", oss)):
         model = paper_check.PAPER_MODELS[name]
         settings = paper_check.paper_settings(model, config, tmp_path, "cuda", pace)
-        planned = plan.plan(settings, source=config, tokens=pace["tokens"])
+        planned = accountant.account(settings, source=config, tokens=pace["tokens"])
         assert planned["offloaded_layers"] == list(model.restricted)
         assert settings["harness"]["capacity"] == planned["num_experts"] // 2
         assert planned["device_peak_bytes"] < 12 * 2**30  # of an H100's ~78 GiB

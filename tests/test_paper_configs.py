@@ -16,7 +16,7 @@ from conftest import REPO, load_yaml, moecache, snakemake
 
 from moecache.model import registry
 from moecache.plan import RESERVE_GIB
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 MIB = 2**20
 
@@ -73,7 +73,7 @@ def test_paper_config_matches_its_published_checkpoint(name):
     config = load_yaml(REPO / "config" / name)
     assert config["model"]["source"] == source
     assert config["model"].get("family", "olmoe") == family
-    published = plan.checkpoint_config(config)
+    published = accountant.checkpoint_config(config)
     assert published.model_type == family
     sizes = registry.adapter_for(family).sizes(published)
     arch = config["model"]["architecture"]
@@ -179,7 +179,7 @@ def test_plan_sizes_each_paper_config_from_its_published_config(tmp_path):
         fits = report["device_peak_bytes"] <= (80 - RESERVE_GIB) * 2**30
         assert report["fits"] is fits and lines[-1].endswith(", fits" if fits else "NOT fit")
         # Every MoE layer offloaded at the chosen C, which fits.
-        sizes = registry.adapter_for(family).sizes(plan.checkpoint_config(config))
+        sizes = registry.adapter_for(family).sizes(accountant.checkpoint_config(config))
         assert answer["offloaded_layers"] == list(sizes.moe_layers), name
         assert answer["device_peak_bytes"] <= 80 * 2**30, name
         assert answer["host_peak_bytes"] == answer["expert_bytes"] * experts * len(sizes.moe_layers)

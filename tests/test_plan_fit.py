@@ -1,5 +1,5 @@
 """`moecache plan --gpu-gib G`: the largest C with every MoE layer offloaded fits G less the
-stated reserve (--reserve-gib) and C + 1 does not (by plan.plan, the jobs' own sizes), rho
+stated reserve (--reserve-gib) and C + 1 does not (by accountant.account, the jobs' own sizes), rho
 comes from a replayed trace or the embedded trace's published share, beside uniform
 routing's LRU copies, tau from a measured bandwidth file or a stated link, and bad input
 is one line with a non-zero exit and no output. docs/plan.md's table is what
@@ -24,7 +24,7 @@ from moecache.config import run_spec
 from moecache.errors import MoecacheError
 from moecache.plan import RESERVE_GIB, cards, fit, inputs
 from moecache.replay import convert
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 GIB = 2**30
 QWEN3 = REPO / "config" / "qwen3-30b-a3b.yaml"
@@ -37,11 +37,11 @@ def qwen3() -> dict:
 
 
 def device_at(settings: dict, capacity: int, layers) -> int:
-    """What one run at `capacity` holds on the device with `layers` offloaded, as plan.plan
+    """What one run at `capacity` holds on the device with `layers` offloaded, as accountant.account
     gives it (weights, C slots per layer, the KV cache)."""
     changed = copy.deepcopy(settings)
     changed["harness"].update(restricted_layers=list(layers), capacity=capacity)
-    report = plan.plan(changed)
+    report = accountant.account(changed)
     return report["device_bytes"]
 
 

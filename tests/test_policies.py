@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moecache.errors import MoecacheError
-from moecache.policies import POLICIES, Plan, Policy, make
+from moecache.policies import POLICIES, Policy, PoolChange, make
 from moecache.policies.eviction import KEY_LIMIT
 from moecache.policies.lru import LRU
 
@@ -58,7 +58,7 @@ class Step:
     t: int
     request: list[int]
     before: frozenset[int]
-    plan: Plan
+    plan: PoolChange
     after: frozenset[int]
     used: list[int]
 
@@ -89,8 +89,8 @@ def simulate(policy, stream, probs_stream=None) -> Run:
     run = Run()
     for t, (request, probs) in enumerate(zip(stream, probs_stream, strict=True)):
         before = frozenset(resident)
-        plan = policy.plan(t, list(request), probs, before)
-        assert isinstance(plan, Plan)
+        plan = policy.change(t, list(request), probs, before)
+        assert isinstance(plan, PoolChange)
         assert len(set(plan.evict)) == len(plan.evict), f"t={t}: evicts twice {plan.evict}"
         assert set(plan.evict) <= before, f"t={t}: evicts non-resident {plan.evict}"
         assert len(set(plan.admit)) == len(plan.admit), f"t={t}: admits twice {plan.admit}"
@@ -512,12 +512,12 @@ def test_farthest_future_refuses_a_different_demand(t, wrong):
     policy.reset(future=future)
     for s in range(t):
         if s < len(future):
-            policy.plan(s, future[s], uniform_probs(4, future[s]), frozenset())
+            policy.change(s, future[s], uniform_probs(4, future[s]), frozenset())
     with pytest.raises(MoecacheError) as caught:
-        policy.plan(t, wrong, uniform_probs(4, wrong), frozenset())
+        policy.change(t, wrong, uniform_probs(4, wrong), frozenset())
     assert f"token {t}" in one_line(caught)
     policy.reset(future=future)
-    assert policy.plan(0, [1, 0], uniform_probs(4, [1, 0]), frozenset()).admit == [1, 0]
+    assert policy.change(0, [1, 0], uniform_probs(4, [1, 0]), frozenset()).admit == [1, 0]
 
 
 class Shifted(LRU):

@@ -26,7 +26,7 @@ from safetensors import safe_open
 from moecache.errors import MoecacheError
 from moecache.harness import decode, gates, nll, placement
 from moecache.model import checkpoint, quantized, registry, tiny, tiny_quantized
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 sys.path.insert(0, str(Path(__file__).parent / "rehearsal"))
 import build as rehearsal  # noqa: E402
@@ -218,7 +218,7 @@ def test_the_stages_load_the_offloaded_layers_experts_as_stored(saved):
 
 def test_the_plan_counts_the_stored_bytes_the_pool_holds(saved):
     family, folder = saved
-    predicted = plan.plan(settings_of(family, folder))
+    predicted = accountant.account(settings_of(family, folder))
     model = load(family, folder)
     with decode.offloaded(model, LAYERS, CAPACITY, "cpu", 1) as off:
         held = off.device_bytes()
@@ -232,7 +232,7 @@ def test_gpt_oss_20b_plans_its_experts_at_about_a_quarter_of_bfloat16():
     from conftest import load_settings
 
     settings = load_settings(REPO / "config" / "gpt-oss-20b.yaml")
-    report = plan.plan(settings)
+    report = accountant.account(settings)
     h = i = 2880
     blocks_and_scales = (2 * i * h + h * i) * (1 / 2 + 1 / 32)
     stored = blocks_and_scales + (2 * i + h) * 2  # the biases in bfloat16
@@ -289,7 +289,9 @@ def test_a_checkpoint_missing_a_stored_tensor_is_refused(saved, tmp_path):
 def test_quantized_bytes_follow_the_formats_documented_sizes():
     """One GPT-OSS expert: 4.25 bits a weight (FP4 and an 8-bit exponent per 32); one
     DeepSeek-V3 expert: a byte a weight and a float32 per 128 x 128 block."""
-    config = plan.checkpoint_config({"model": {"source": "openai/gpt-oss-20b", "architecture": {}}})
+    config = accountant.checkpoint_config(
+        {"model": {"source": "openai/gpt-oss-20b", "architecture": {}}}
+    )
     assert quantized.expert_bytes(config, 2) == 3 * 2880 * 2880 * 17 // 32 + (2 * 2880 + 2880) * 2
     v3 = tiny.config("deepseek_v3", {**BASE, "hidden_size": 7168, "intermediate_size": 2048}, 8)
     v3.quantization_config = tiny_quantized.FP8_CONFIG

@@ -228,7 +228,7 @@ def test_a_zoo_rule_at_k_above_one(rule, drawn):
         resident: set[int] = set()
         copies = 0
         for t, request in enumerate(stream.tolist()):
-            plan = policy.plan(t, request, np.full(experts, 1 / experts), frozenset(resident))
+            plan = policy.change(t, request, np.full(experts, 1 / experts), frozenset(resident))
             assert plan.evict == history[t][s], (rule, s, t)
             resident = (resident - set(plan.evict)) | set(plan.admit)
             copies += len(plan.admit)

@@ -10,11 +10,11 @@ FAN_OUT = configs.fan_out(config)
 
 def reference_kept():
     """Whether the all-resident runs are decoded (harness.device_gib may be too small for
-    them: the package's own answer, schedule/plan.py; its import loads torch, so only then).
+    them: the package's own answer, schedule/accountant.py; its import loads torch, so only then).
     """
     if "device_gib" not in config["harness"]:
         return True
-    from moecache.schedule.plan import reference_left_out
+    from moecache.schedule.accountant import reference_left_out
 
     return reference_left_out(config) is None
 

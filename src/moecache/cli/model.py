@@ -24,7 +24,7 @@ FIT_ONLY = (
 
 
 def cmd_plan(args):
-    from moecache.schedule import plan
+    from moecache.schedule import accountant
 
     if args.configfile:
         args.config = args.configfile
@@ -41,8 +41,8 @@ def cmd_plan(args):
             if flag == "--jobs"
             else f"{flag}: give --gpu-gib G, the GPU it plans for"
         )
-    report = plan.plan(settings, source=args.model, tokens=args.tokens)
-    print(json.dumps(report, indent=1) if args.json else "\n".join(plan.lines(report)))
+    report = accountant.account(settings, source=args.model, tokens=args.tokens)
+    print(json.dumps(report, indent=1) if args.json else "\n".join(accountant.lines(report)))
     if args.out:
         write_json(args.out, report)
 

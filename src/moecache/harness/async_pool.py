@@ -1,6 +1,6 @@
 """An expert pool whose copies run beside the compute (copy_engine.py), with prefetching.
 
-Same slots and kernel as the blocking ExpertPool; `apply(plan)` submits the plan's copies
+Same slots and kernel as the blocking ExpertPool; `apply(change)` submits the change's copies
 and returns, and the block waits on an expert (`wait`) right before computing with it.
 `prefetch(experts, deadline, victims)` asks for copies ahead of demand; the eviction rule
 names the victims (`victims`), never among the protected experts: those the current token
@@ -30,7 +30,7 @@ import torch
 from moecache.errors import MoecacheError
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.timing import Lap
-from moecache.policies import Plan
+from moecache.policies import PoolChange
 
 CALIBRATION_COPIES = 4  # distinct experts per group timed for this machine's copy time
 
@@ -91,9 +91,9 @@ class AsyncExpertPool(ExpertPool):
             if e in self.in_flight:
                 self.wait(e)
 
-    def apply(self, plan: Plan) -> None:
-        self.evict(plan.evict)
-        self.submit(plan.admit, deadline=None)
+    def apply(self, change: PoolChange) -> None:
+        self.evict(change.evict)
+        self.submit(change.admit, deadline=None)
 
     def prefetch(self, experts, deadline: int, victims: Victims) -> None:
         """Copy `experts` (in this order, as many as room allows) for tokens up to

@@ -21,7 +21,7 @@ from moecache import gpu
 from moecache.harness.link import SlowLink, spin_until
 from moecache.harness.pool import ExpertPool, HostExperts
 from moecache.harness.timing import Stopwatch
-from moecache.policies import Plan
+from moecache.policies import PoolChange
 
 GROUP_SIZES = (1, 2, 4, 8)
 # Before each timed group, the clock is left to run this long untouched: in a run a
@@ -81,10 +81,10 @@ def measure_pools(hosts, link, multipliers, capacity: int, rounds: int = 15) -> 
                     admit, cursor[id(pool)] = absent(pool, g, cursor.get(id(pool), 0))
                     over = len(pool.slot_of) + g - pool.capacity
                     if over > 0:
-                        pool.apply(Plan(evict=list(pool.slot_of)[:over]))
+                        pool.apply(PoolChange(evict=list(pool.slot_of)[:over]))
                     pool.clear_counts()
                     spin_until(time.perf_counter() + GAP_SECONDS)
-                    pool.apply(Plan(admit=admit))
+                    pool.apply(PoolChange(admit=admit))
                     if r:
                         times[m][g].append(pool.laps[-1].seconds())
     rows = {}

@@ -34,7 +34,7 @@ from moecache.records.run import BatchedRunResult
 from moecache.runs import BatchShape, batch_shapes
 
 
-def plan(settings: dict, size: int, run: str | None = None, shape=None) -> list:
+def to_decode(settings: dict, size: int, run: str | None = None, shape=None) -> list:
     """(shape, run names) to decode at B = `size`: every run at every shape, or `run` at
     `shape` beside the all-resident reference; a bad choice refuses in one line."""
     harness = settings["harness"]

@@ -22,7 +22,7 @@ from moecache.records.gates import BATCHED_TOLERANCE, POOL_TOLERANCE
 
 def lossless_runs(capacity: int, num_experts: int, reference=True) -> dict[str, tuple[dict, int]]:
     """The gates' lossless runs; `reference`: with the pool at C = N (where the device holds
-    it: schedule/plan.py reference_left_out)."""
+    it: schedule/accountant.py reference_left_out)."""
     runs = {
         "lru": (run_spec("lru"), capacity),
         "dwell-1-window-1": (run_spec("dwell", {"k": 1, "window": 1}), capacity),

@@ -30,7 +30,7 @@ from moecache.records.gates import GatesResult
 from moecache.records.io import read_record
 from moecache.records.profile import ProbeResult, ProfileResult
 from moecache.runs import RunName
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 
 def load(settings: dict, model_source: str, sequences_path):
@@ -95,7 +95,7 @@ def run_profile(settings, model_source, sequences_path, out) -> dict:
 def run_gates(settings, model_source, sequences_path, out) -> dict:
     model, sequences = load(settings, model_source, sequences_path)
     sequences = sequences[: settings["harness"].get("gate_sequences")]
-    left_out = plan.reference_left_out(settings)
+    left_out = accountant.reference_left_out(settings)
     if left_out is None:
         longest = max(len(ids) for ids in sequences)
         reference = {"all": runs.resident_spec(settings)}
@@ -128,15 +128,17 @@ def run_decode(
     and multiplier written. `first`: decode only the first this many sequences;
     `loaded`: (model, sequences) already in memory."""
     if run is None:  # a bad run refuses before loading
-        planned = runs.plan_shard(settings, shard, first_shard)
+        planned = runs.runs_for_shard(settings, shard, first_shard)
     else:
-        planned = runs.plan_run(settings, shard, first_shard, run.run, run.multiplier)
+        planned = runs.runs_for_run(settings, shard, first_shard, run.run, run.multiplier)
     model, sequences = loaded or load(settings, model_source, sequences_path)
     sequences = sequences[:first]
     if loaded is None:  # what the run holds, from the model's config, before it decodes
         longest = max(len(ids) for ids in sequences)
-        memory = plan.plan(settings, source=model_source, tokens=longest, shard=first_shard)
-        print("\n".join(plan.lines(memory)))
+        memory = accountant.account(
+            settings, source=model_source, tokens=longest, shard=first_shard
+        )
+        print("\n".join(accountant.lines(memory)))
     read_record(gates_path, GatesResult)  # the shard's gates passed (the rule's input)
     LEDGER.begin("decode")
     decoded = runs.decode_runs(settings, model, sequences, planned)
@@ -159,14 +161,14 @@ def run_decode_batched(
     """harness.batched's runs at batch size `size` (every shape), or `run` at `shape` beside
     the all-resident reference (batched_runs.py); `where`: shard, gates, trace, out_dir;
     `loaded`: (model, sequences) already in memory. The written files."""
-    planned = batched_runs.plan(settings, size, run, shape)  # refuses before loading
+    planned = batched_runs.to_decode(settings, size, run, shape)  # refuses before loading
     model, sequences = loaded or load(settings, model_source, sequences_path)
     sequences = sequences[: settings["harness"]["batched"]["sequences"]]
     if loaded is None:  # what the run holds, from the model's config, before it decodes
         longest = max(len(ids) for ids in sequences)
         # The decode and gates jobs' peaks are not this job's: the sizes alone.
-        memory = plan.plan(settings, source=model_source, tokens=longest, reference=False)
-        print("\n".join(plan.lines(memory)))
+        memory = accountant.account(settings, source=model_source, tokens=longest, reference=False)
+        print("\n".join(accountant.lines(memory)))
     read_record(where["gates"], GatesResult)  # the shard's gates passed (the rule's input)
     results = batched_runs.decode_shapes(settings, model, sequences, where["trace"], planned)
     return batched_runs.write(settings, where["shard"], planned, results, where["out_dir"], run)

@@ -1,9 +1,10 @@
 """The overlapped MoE block: the pooled block with copies beside the compute and prefetching.
 
-Per token: route, plan with the eviction rule, submit the missing copies, then compute the
-experts one by one, each waiting on its own copy just before its matmul, so that later
-copies land while earlier experts compute; then ask the arm's prefetcher what to copy ahead
-and submit it into the target block's pool, victims chosen by that pool's eviction rule.
+Per token: route, ask the eviction rule for the pool's change, submit the missing copies,
+then compute the experts one by one, each waiting on its own copy just before its matmul,
+so that later copies land while earlier experts compute; then ask the arm's prefetcher what
+to copy ahead and submit it into the target block's pool, victims chosen by that pool's
+eviction rule.
 Routing is the pooled block's exactly, so lossless runs keep the blocking runs' NLL and
 demand. Build an arm of them with `Offload.arm(..., block=overlapped(prefetch))`.
 """
@@ -52,14 +53,14 @@ class OverlappedBlock(PooledMoeBlock):
         pool, t = self.pool, self.t
         self.span.start()
         pool.begin(t, request, () if self.policy.restricts else request)
-        plan = self.policy.plan(t, request, probs, pool.resident)
-        if plan.admit or plan.evict:
-            pool.settle(plan.evict)
-            pool.apply(plan)
+        change = self.policy.change(t, request, probs, pool.resident)
+        if change.admit or change.evict:
+            pool.settle(change.evict)
+            pool.apply(change)
         used, slots, weights = self.chosen(request, top_weights, dtype, logits)
-        pool.count_demand(plan.admit, used, waits_first=not self.send.host_ids)
+        pool.count_demand(change.admit, used, waits_first=not self.send.host_ids)
         kept = logits if probs is None else probs
-        self.trace.append((t, request, used, len(plan.admit), plan.refresh, lap, kept))
+        self.trace.append((t, request, used, len(change.admit), change.refresh, lap, kept))
         out = self.experts_output(x, used, slots, weights)
         pool.end(t)
         self.t += 1

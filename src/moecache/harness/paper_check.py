@@ -5,7 +5,7 @@ rest on the device, counted by the accountant).
 
 Per model, the real gates and decode jobs on a few short sequences, each job's peaks
 measured three ways: the accountant's (model/memory.py LEDGER), the CUDA allocator's
-(torch.cuda.max_memory_allocated; none on a CPU) and the plan's (`plan.plan`, from the
+(torch.cuda.max_memory_allocated; none on a CPU) and the plan's (`accountant.account`, from the
 checkpoint's config alone). The allocator also holds activations, the KV cache and the
 CUDA context's workspace, which the accountant does not count: that difference is
 reported, not judged. The accountant more than PLAN_SHARE off the plan fails the check.
@@ -34,7 +34,7 @@ from moecache.harness.check_models import paper_checkpoint, smoke_sequences
 from moecache.model import checkpoint, registry
 from moecache.model.memory import LEDGER
 from moecache.runs import RunName
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 CONFIGS = Path(__file__).resolve().parents[3] / "config"
 PLAN_SHARE = 0.05  # the accountant's peaks against the plan's, as tests/test_memory.py
@@ -80,7 +80,7 @@ def checkpoint_config(model: PaperModel):
     """The checkpoint's published config, its layers cut to `model.layers`, no special
     token ids (random ids may be any), untied embeddings, `model.shrink` applied."""
     settings = configs.load(CONFIGS / model.config)
-    config = copy.deepcopy(plan.checkpoint_config(settings))
+    config = copy.deepcopy(accountant.checkpoint_config(settings))
     config.num_hidden_layers = model.layers
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[: model.layers]
@@ -126,7 +126,7 @@ class Loaded:
     """A paper-shaped model loaded as a job loads it, with what its jobs read."""
 
     settings: dict
-    planned: dict  # plan.plan's figures for the checkpoint
+    planned: dict  # accountant.account's figures for the checkpoint
     model: object
     ids: list
     seed: int
@@ -145,7 +145,7 @@ def load(model: PaperModel, folder: Path, device: str, pace: dict, seed: int) ->
     release(device)  # what drawing and quantizing left in the allocator's cache
     settings = paper_settings(model, config, folder, device, pace)
     ids = smoke_sequences(config.vocab_size, pace["sequences"], pace["tokens"], seed)
-    planned = plan.plan(settings, source=str(folder), tokens=pace["tokens"])
+    planned = accountant.account(settings, source=str(folder), tokens=pace["tokens"])
     return Loaded(settings, planned, jobs.load_model(settings, str(folder), device), ids, seed)
 
 
@@ -167,7 +167,7 @@ def decode_job(job: Loaded) -> tuple[dict, runs.Decoded]:
     """The real decode job over the first shard's runs; its peaks, and what it decoded."""
     reset_peaks(job.device)
     shard = next(iter(job.settings["corpus"]["heldout"]["shards"]))
-    planned_runs = runs.plan_shard(job.settings, shard, shard)
+    planned_runs = runs.runs_for_shard(job.settings, shard, shard)
     decoded = runs.decode_runs(job.settings, job.model, job.ids, planned_runs)
     return job_memory("decode", job.planned, job.device), decoded
 

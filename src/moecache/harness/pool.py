@@ -22,7 +22,7 @@ from moecache import gpu
 from moecache.harness.link import SlowLink
 from moecache.harness.timing import Lap, Stopwatch
 from moecache.model.memory import DEVICE, HOST, LEDGER
-from moecache.policies import Plan
+from moecache.policies import PoolChange
 from moecache.records import counting
 
 
@@ -112,15 +112,15 @@ class ExpertPool:
         """The resident experts: a live set-like view (no set is built per token)."""
         return self.slot_of.keys()
 
-    def apply(self, plan: Plan) -> None:
-        for e in plan.evict:
+    def apply(self, change: PoolChange) -> None:
+        for e in change.evict:
             self.free.append(self.slot_of.pop(e))
-        if not plan.admit:
+        if not change.admit:
             return
         host = self.host
         self.watch.start()
         started = time.perf_counter()
-        for e in plan.admit:
+        for e in change.admit:
             slot = self.free.pop()
             host.load(e, slot)
             self.link.repeat(self.multiplier - 1)
@@ -132,7 +132,7 @@ class ExpertPool:
             lap = Lap(seconds_=lap.seconds() + charged)
             self.charged += charged
         self.laps.append(lap)
-        self.count_insertions(len(plan.admit))
+        self.count_insertions(len(change.admit))
 
     def count_insertions(self, copies: int) -> None:
         """A group of `copies` has entered the pool: fills or steady copies, as

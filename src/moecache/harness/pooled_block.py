@@ -2,7 +2,7 @@
 
 It calls the model's own router through the family's adapter (so router logits are still
 recorded), reads the router's output on the host once (the block's one host sync per
-token), asks its policy for a plan, lets the pool copy, and computes the token with the
+token), asks its policy for the pool's change, lets the pool copy, and computes the token with the
 model's own expert kernel over the device slots, slot ids in place of expert ids; the
 family's shared experts, never offloaded, are added as the model adds them. Restricted
 routing is the adapter's: the model's own selection among the resident experts. It knows
@@ -100,12 +100,12 @@ class PooledMoeBlock(nn.Module):
         """One token; `probs` its softmax over all experts (None: the policy reads none),
         `logits` its router logits [1, N], `lap` the timer of the policy's decide()."""
         pool = self.pool
-        plan = self.policy.plan(self.t, request, probs, pool.resident)
-        if plan.admit or plan.evict:
-            pool.apply(plan)
+        change = self.policy.change(self.t, request, probs, pool.resident)
+        if change.admit or change.evict:
+            pool.apply(change)
         used, slots, weights = self.chosen(request, top_weights, dtype, logits)
         kept = logits if probs is None else probs
-        self.trace.append((self.t, request, used, len(plan.admit), plan.refresh, lap, kept))
+        self.trace.append((self.t, request, used, len(change.admit), change.refresh, lap, kept))
         self.t += 1
         if self.send.host_ids:  # the per-expert kernel itself, given the slot ids as a list
             return per_expert_forward(pool.kernel, x, slots, weights)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from moecache.harness import decode
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 
 def pooled_memory(model, layers, capacity: int, device: str, ring_mib: int) -> dict:
@@ -45,7 +45,7 @@ def pooled_memory(model, layers, capacity: int, device: str, ring_mib: int) -> d
         report["held_bytes"] = report["weights_bytes"] + report["slot_bytes"]
         # `moecache plan`'s prediction, from the model's config alone.
         element = next(iter(model.parameters())).element_size()
-        planned = plan.held(model.config, layers, capacity, element)["held_bytes"]
+        planned = accountant.held(model.config, layers, capacity, element)["held_bytes"]
         report["planned_held_bytes"] = planned
         report["plan_matches"] = planned == report["held_bytes"]
         if cuda:

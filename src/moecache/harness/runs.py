@@ -1,8 +1,8 @@
-"""The decode job in three steps: plan, decode interleaved, write one results file and one
-trace per run and multiplier (jobs.run_decode calls them in turn).
+"""The decode job in three steps: pick the runs, decode interleaved, write one results file
+and one trace per run and multiplier (jobs.run_decode calls them in turn).
 
-harness.fan_out picks the plan: `shard` (plan_shard) decodes every run of a shard in one
-job; `run` (plan_run) decodes one run at one multiplier, beside the reference it is
+harness.fan_out picks the runs: `shard` (runs_for_shard) decodes every run of a shard in one
+job; `run` (runs_for_run) decodes one run at one multiplier, beside the reference it is
 compared with on the same device: the all-resident run for a 1x run, its 1x twin for a
 scaled run (decode_scaled adds that), and the trace run when it reads that run's demand."""
 
@@ -25,7 +25,7 @@ from moecache.records import trace as traces
 from moecache.records.io import write_run
 from moecache.records.run import RunResult, SequenceRow
 from moecache.runs import RunName
-from moecache.schedule.plan import reference_device_bytes, reference_left_out
+from moecache.schedule.accountant import reference_device_bytes, reference_left_out
 from moecache.schedule.runs import (
     RESIDENT,
     capacity_of,
@@ -63,7 +63,7 @@ class Decoded(NamedTuple):
     memory: dict  # what the device held while pooled (Offload.device_bytes)
 
 
-def plan_shard(settings: dict, shard: str, first_shard: str) -> dict[str, RunSpec]:
+def runs_for_shard(settings: dict, shard: str, first_shard: str) -> dict[str, RunSpec]:
     """The runs `shard` decodes, by label, in harness.runs's order; a bad policy or a
     demand read from a run the shard does not decode refuses with one line."""
     harness = settings["harness"]
@@ -87,7 +87,7 @@ def plan_shard(settings: dict, shard: str, first_shard: str) -> dict[str, RunSpe
     return runs
 
 
-def plan_run(
+def runs_for_run(
     settings: dict, shard: str, first_shard: str, name: str, multiplier: int
 ) -> dict[str, RunSpec]:
     """harness.fan_out `run`: run `name` at `multiplier` (last, the label the job writes)
@@ -99,18 +99,18 @@ def plan_run(
             f"run {name} at {multiplier}x: not decoded on shard {shard} (harness.runs)"
         )
     target = run_spec(settings, name, harness["runs"][name], multiplier)
-    plan = {}
+    runs = {}
     if target.reads:
         trace_run = harness["trace_run"]
         limit = None if multiplier == 1 else harness.get("scaled_sequences")
         source = run_spec(settings, trace_run, harness["runs"][trace_run], 1, limit)
-        plan[source.label] = source
+        runs[source.label] = source
     kept = not reference_left_out(settings)
     if multiplier == 1 and target.spec["policy"] != RESIDENT and kept:
         reference = resident_spec(settings)
-        plan[reference.label] = reference
-    plan[target.label] = target
-    return plan
+        runs[reference.label] = reference
+    runs[target.label] = target
+    return runs
 
 
 def resident_spec(settings: dict) -> RunSpec:

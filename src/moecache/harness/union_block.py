@@ -69,10 +69,10 @@ class UnionBlock(PooledMoeBlock):
         return out
 
     def restricted(self, x, union: list[int], logits) -> torch.Tensor:
-        """One plan on the union, then every row routed among the resident experts."""
-        plan = self.policy.plan(self.t, union, None, self.pool.resident)
-        if plan.admit or plan.evict:
-            self.pool.apply(plan)
+        """One change on the union, then every row routed among the resident experts."""
+        change = self.policy.change(self.t, union, None, self.pool.resident)
+        if change.admit or change.evict:
+            self.pool.apply(change)
         resident = self.pool.resident
         allowed = allowed_mask(self.num_experts, resident, logits.device)
         weights, index = self.adapter.restrict(self.own, logits, allowed)
@@ -81,7 +81,7 @@ class UnionBlock(PooledMoeBlock):
         slots = [[self.pool.slot_of[e] for e in row] for row in chosen]
         out = self.kernel(x, slots, weights[:, :held].to(logits.dtype))
         used = list(dict.fromkeys(e for row in chosen for e in row))
-        self.trace.append((self.t, union, used, len(plan.admit), 1, plan.refresh))
+        self.trace.append((self.t, union, used, len(change.admit), 1, change.refresh))
         return out
 
     def resident_mask(self) -> np.ndarray:
@@ -91,15 +91,15 @@ class UnionBlock(PooledMoeBlock):
 
     def serve(self, part: list[int]) -> int:
         """Make one round resident, as the rule plans it; its copies. An eviction rule's
-        own plan serves one request (farthest-future's check that a request is a whole
+        own change serves one request (farthest-future's check that a request is a whole
         recorded token is check_future's, on the union, since a round is a part of one)."""
         if isinstance(self.policy, EvictionPolicy):
-            plan = EvictionPolicy.plan(self.policy, self.t, part, None, self.pool.resident)
+            change = EvictionPolicy.change(self.policy, self.t, part, None, self.pool.resident)
         else:  # the all-resident pool
-            plan = self.policy.plan(self.t, part, None, self.pool.resident)
-        if plan.admit or plan.evict:
-            self.pool.apply(plan)
-        return len(plan.admit)
+            change = self.policy.change(self.t, part, None, self.pool.resident)
+        if change.admit or change.evict:
+            self.pool.apply(change)
+        return len(change.admit)
 
     def check_future(self, union: list[int]) -> None:
         if self.future is None:

@@ -1,12 +1,12 @@
 """What a causal rule's decisions cost, measured, against what the copies it saves are worth.
 
-Every rule (LRU first, the reference) is driven through `Policy.plan`, the call the harness
+Every rule (LRU first, the reference) is driven through `Policy.change`, the call the harness
 makes once per layer and token, over a trace's streams (one layer of one sequence each):
 each rule its own policy and resident set, the rules taking turns at every token in an
 order shuffled per token (seeded), so that the machine's drift falls on all of them alike.
 Each call is timed on the monotonic clock (time.perf_counter_ns); the whole pass is
 repeated `rounds` times and each stream keeps its median round. A decision is one layer's
-plan for one token. Its cost over LRU's is set against the copies the rule saves per
+change for one token. Its cost over LRU's is set against the copies the rule saves per
 decision (its replay on the same streams) times one expert's copy time at 1x (the measured
 bandwidth record): a rule whose extra time per decision exceeds that saves nothing at 1x.
 """
@@ -38,7 +38,7 @@ def fresh(rules: dict, capacity: int, demand: Demand, layer) -> list:
 
 
 def time_stream(demand: Demand, s: int, rules: dict, capacity: int, turns: random.Random):
-    """Nanoseconds each rule's plan() took over stream `s`, the rules interleaved per token."""
+    """Nanoseconds each rule's change() took over stream `s`, the rules interleaved per token."""
     live = fresh(rules, capacity, demand, layer_number(demand.streams[s]))
     resident = [{} for _ in live]  # expert -> None: a keys view, as the harness's pool gives
     spent = np.zeros(len(live), dtype=np.int64)
@@ -50,11 +50,11 @@ def time_stream(demand: Demand, s: int, rules: dict, capacity: int, turns: rando
             policy, held = live[i], resident[i]
             given = row if policy.needs_probs else None
             start = time.perf_counter_ns()
-            plan = policy.plan(t, request, given, held.keys())
+            change = policy.change(t, request, given, held.keys())
             spent[i] += time.perf_counter_ns() - start
-            for e in plan.evict:
+            for e in change.evict:
                 del held[e]
-            held.update(dict.fromkeys(plan.admit))
+            held.update(dict.fromkeys(change.admit))
     return spent
 
 

@@ -321,7 +321,7 @@ def closed_loop(settings, model_source, sequences, shard, gates, out_dir, study=
     are checked against the replay's by the evaluation (scorers) and the causal check."""
     from moecache.harness import jobs
     from moecache.harness import runs as planned
-    from moecache.schedule import plan
+    from moecache.schedule import accountant
 
     scorers = closed_loop_runs(settings["learned"]["closed_loop"], shard)
     causal, first = causal_loop(settings, shard, study)
@@ -330,11 +330,11 @@ def closed_loop(settings, model_source, sequences, shard, gates, out_dir, study=
     groups = [(decoding(settings, runs), cut) for runs, cut in ((scorers, None), (causal, first))]
     groups = [(group, cut) for group, cut in groups if group["harness"]["runs"]]
     for group, _ in groups:  # a bad rule or parameter refuses before the model loads
-        planned.plan_shard(group, shard, shard)
+        planned.runs_for_shard(group, shard, shard)
     loaded = jobs.load(settings, model_source, sequences)
     longest = max(len(ids) for ids in loaded[1])
-    memory = plan.plan(groups[0][0], source=model_source, tokens=longest, shard=shard)
-    print("\n".join(plan.lines(memory)))
+    memory = accountant.account(groups[0][0], source=model_source, tokens=longest, shard=shard)
+    print("\n".join(accountant.lines(memory)))
     done = {}
     for group, cut in groups:
         done |= jobs.run_decode(

@@ -4,7 +4,7 @@ and with `--host-gib` its tier layout over host RAM and disk (tiers.py).
 Above the harness and replay (tests/test_house.py): it reads their traces and replays them.
 """
 
-# What `plan --gpu-gib G` keeps back from G, GiB, because plan.plan does not count it: the
+# What `plan --gpu-gib G` keeps back from G, GiB, because accountant.account does not count it: the
 # CUDA context (PyTorch's kernels and cuBLAS's workspace, several hundred MiB, outside
 # torch.cuda.memory_allocated), the caching allocator's fragmentation and a token's
 # activations. Nothing in the repository measures them (gpu-check reports the allocator's

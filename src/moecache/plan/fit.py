@@ -1,10 +1,10 @@
 """The largest C that fits a GPU with every MoE layer offloaded, and what it decodes at
 (`moecache plan --gpu-gib G`; docs/plan.md).
 
-Sizes come from plan.plan, the function the jobs use, with the config's restricted layers
+Sizes come from accountant.account, the function the jobs use, with the config's restricted layers
 set to every MoE layer of the adapter and its capacity to each C tried: bytes grow with C,
 so C is found by bisection over top_k..N. With `--jobs` C is chosen by the study's jobs
-instead (plan.job_peaks on a card of G GiB: the gates and decode jobs, the all-resident
+instead (accountant.job_peaks on a card of G GiB: the gates and decode jobs, the all-resident
 reference where it fits, scaled runs, rings), below N as a config's C must be: the card
 configs of config/cards/ hold it. The speed is equation (1),
 
@@ -22,7 +22,7 @@ with no prefetcher and nothing computed before a layer's copies is equation (1).
 RAM over disk and adds the disk reads' term.
 
 The bytes fill G less a stated reserve (plan/__init__.py's RESERVE_GIB: the CUDA context,
-the allocator's fragmentation and activations, which plan.plan does not count), or
+the allocator's fragmentation and activations, which accountant.account does not count), or
 --reserve-gib R. Equation (1)'s inputs are read by plan/inputs.py, the answer is said by
 plan/said.py, and docs/plan.md's tables are built by plan/cards.py.
 """
@@ -45,31 +45,31 @@ from moecache.plan.inputs import (
     tau,
     traced_demand,
 )
-from moecache.schedule import plan
+from moecache.schedule import accountant
 
 # --- sizes --------------------------------------------------------------------------------
 
 
 def sizes(settings: dict, source=None):
     """The model's sizes as its adapter reads them (N, top_k, every MoE layer)."""
-    config = plan.checkpoint_config(settings, source)
+    config = accountant.checkpoint_config(settings, source)
     return registry.adapter_for(config.model_type).sizes(config)
 
 
 def sized(settings: dict, capacity: int, layers, source=None, tokens=None) -> dict:
-    """plan.plan at `capacity` with `layers` offloaded (the settings left untouched; the
+    """accountant.account at `capacity` with `layers` offloaded (the settings left untouched; the
     decode plan's line that the all-resident reference is left out, said once per size
     tried, is left to the report's `reference_kept`)."""
     settings = copy.deepcopy(settings)
     settings["harness"]["restricted_layers"] = list(layers)
     settings["harness"]["capacity"] = capacity
     with contextlib.redirect_stderr(io.StringIO()):
-        return plan.plan(settings, source=source, tokens=tokens)
+        return accountant.account(settings, source=source, tokens=tokens)
 
 
 def on_card(settings: dict, gpu_gib: float) -> dict:
     """The settings with harness.device_gib set to the card's: its jobs leave out the
-    all-resident reference where it does not fit (plan.reference_left_out)."""
+    all-resident reference where it does not fit (accountant.reference_left_out)."""
     settings = copy.deepcopy(settings)
     settings["harness"]["device_gib"] = gpu_gib
     return settings
@@ -85,7 +85,7 @@ def device_peak(report: dict) -> int:
 
 def jobs_peak(report: dict) -> int:
     """What the study's jobs hold on the device at their peak, as the accountant counts
-    them (plan.job_peaks: the gates job and the decode job, the all-resident reference
+    them (accountant.job_peaks: the gates job and the decode job, the all-resident reference
     where harness.device_gib keeps it, the scaled runs' twins and multipliers in lockstep,
     the slower link's rings)."""
     return report["device_peak_bytes"]
@@ -233,7 +233,7 @@ def answer(
     its `fits` whether its jobs' peak fits the card less the reserve."""
     check_given(trace, bandwidth, link_gbs, host_gib, disk_gbs)
     check_reserve(reserve_gib, gpu_gib)
-    own = plan.plan(settings, gpu_gib, source, tokens)
+    own = accountant.account(settings, gpu_gib, source, tokens)
     own["fits"] = own["device_peak_bytes"] <= (gpu_gib - reserve_gib) * GIB  # one verdict
     found = largest_capacity(settings, gpu_gib, source, tokens, figure, reserve_gib)
     chosen, nxt = found["chosen"], found["next"]

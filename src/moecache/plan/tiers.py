@@ -5,7 +5,7 @@ only, and the disk reads per token that add a term to equation (1),
     ms/token = c + rho * tau + reads * tau_disk.
 
 H is the most experts per layer whose pinned copies fit R beside what else the plan's host
-peak counts (plan.plan's sizes); where H = N nothing lies on disk only and the prediction
+peak counts (accountant.account's sizes); where H = N nothing lies on disk only and the prediction
 is plan's own. The reads come from the tiered replay (replay/tiers.py) of a given trace
 at C over H, or, without one, from a stated assumption named as such.
 """

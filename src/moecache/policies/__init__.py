@@ -15,7 +15,7 @@ import pkgutil
 from moecache.errors import MoecacheError
 from moecache.policies.event_driven import EventPolicy
 from moecache.policies.eviction import EvictionPolicy
-from moecache.policies.policy import Plan, Policy
+from moecache.policies.policy import Policy, PoolChange
 from moecache.policies.scheduled import ScheduledPolicy
 
 # Where reports and `moecache replay` list the rules they have always listed (the order of
@@ -64,7 +64,7 @@ __all__ = [
     "ZOO",
     "EventPolicy",
     "EvictionPolicy",
-    "Plan",
+    "PoolChange",
     "Policy",
     "ScheduledPolicy",
     "discover",

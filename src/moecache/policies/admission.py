@@ -15,14 +15,14 @@ import numpy as np
 
 from moecache.policies.eviction import EvictionPolicy
 from moecache.policies.farthest_future import next_requests
-from moecache.policies.pools import NONE, OUTSIDE, Pools, StepPlan
+from moecache.policies.pools import NONE, OUTSIDE, Pools, StepChange
 
 ADMISSIONS = ("always", "bypass")
 
 
 def device_step(
     policy: EvictionPolicy, t: int, at, probs, pools: Pools, bypass: bool, predict
-) -> tuple[StepPlan, np.ndarray]:
+) -> tuple[StepChange, np.ndarray]:
     """Token t on one stream's device (`at` [1, k] its request): the plan, always or bypass,
     and the requested experts that were missing (copied or computed: the host must hold
     them); the prediction learns the request after."""
@@ -35,7 +35,9 @@ def device_step(
     return plan, missing
 
 
-def admitted(policy: EvictionPolicy, t: int, at, probs, pools: Pools, missing, predict) -> StepPlan:
+def admitted(
+    policy: EvictionPolicy, t: int, at, probs, pools: Pools, missing, predict
+) -> StepChange:
     """Token t's bypass step for one stream: `at` [1, k] its request, `missing` the
     requested experts not on the device (in request order). The rule learns from every
     requested expert; the plan's `at` holds the admitted experts, soonest predicted first."""
@@ -51,7 +53,7 @@ def admitted(policy: EvictionPolicy, t: int, at, probs, pools: Pools, missing, p
     policy.learn(t, slice(0, 1), at, probs)
     admit = missing[: free + len(victims)]
     every = np.ones((1, len(admit)), dtype=bool)
-    return StepPlan(admit[None], every, np.array([len(admit)]), victims)
+    return StepChange(admit[None], every, np.array([len(admit)]), victims)
 
 
 class TrueNextUse:

@@ -1,7 +1,7 @@
 """Every expert resident (C = N): the pool is filled once per sequence, nothing is evicted."""
 
 from moecache.errors import MoecacheError
-from moecache.policies.policy import Plan, Policy
+from moecache.policies.policy import Policy, PoolChange
 
 
 class AllResident(Policy):
@@ -14,7 +14,7 @@ class AllResident(Policy):
                 f"policy all: capacity {capacity} must equal the expert count {num_experts}"
             )
 
-    def plan(self, t, request, probs, resident):
+    def change(self, t, request, probs, resident):
         if len(resident) == self.num_experts:  # every token after the first
-            return Plan()
-        return Plan(admit=[e for e in range(self.num_experts) if e not in resident])
+            return PoolChange()
+        return PoolChange(admit=[e for e in range(self.num_experts) if e not in resident])

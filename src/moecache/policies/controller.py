@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from moecache.errors import MoecacheError
-from moecache.policies.policy import Plan, Policy
+from moecache.policies.policy import Policy, PoolChange
 
 
 class Controller(Policy):
@@ -62,7 +62,7 @@ class Controller(Policy):
     def see(self, row) -> None:
         self.row = row
 
-    def plan(self, t, request, probs, resident) -> Plan:
+    def change(self, t, request, probs, resident) -> PoolChange:
         beta, scores = float(self.row[0]), np.asarray(self.row[1:])
         refresh = self.cached is None or beta > self.threshold
         if refresh:

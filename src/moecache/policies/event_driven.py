@@ -6,7 +6,7 @@ import numpy as np
 
 from moecache.errors import MoecacheError
 from moecache.policies.eviction import EvictionPolicy
-from moecache.policies.pools import OUTSIDE, Pools, StepPlan
+from moecache.policies.pools import OUTSIDE, Pools, StepChange
 
 
 class EventPolicy(EvictionPolicy):
@@ -57,7 +57,7 @@ class EventPolicy(EvictionPolicy):
     def on_insert(self, s, e: int) -> None:
         """Expert e enters the pool."""
 
-    def step(self, t: int, at: np.ndarray, probs, pools: Pools) -> StepPlan:
+    def step(self, t: int, at: np.ndarray, probs, pools: Pools) -> StepChange:
         n, width = len(at), self.num_experts
         miss = pools.base.take(at) >= OUTSIDE
         requests = (at - self.start[:n]).tolist()
@@ -82,4 +82,4 @@ class EventPolicy(EvictionPolicy):
                     self.on_evict(s, v)
                     victims.append(row * width + v)
                 self.on_insert(s, e)
-        return StepPlan(at, miss, miss.sum(axis=1), np.array(victims, dtype=np.int64))
+        return StepChange(at, miss, miss.sum(axis=1), np.array(victims, dtype=np.int64))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from moecache.errors import MoecacheError
-from moecache.policies.policy import Plan, Policy
-from moecache.policies.pools import NONE, OUTSIDE, Pools, StepPlan
+from moecache.policies.policy import Policy, PoolChange
+from moecache.policies.pools import NONE, OUTSIDE, Pools, StepChange
 
 NOT_CANDIDATE = np.iinfo(np.int64).max  # sorts after every folded key
 # A folded key is key * N + id (+ OUTSIDE when not resident): keys below 2**40 keep it
@@ -20,7 +20,7 @@ class EvictionPolicy(Policy):
 
     A rule is two methods over state arrays shaped [streams, N]: `priority` ranks the
     experts (lowest evicted first) and `learn` updates them from each token after its
-    victims are chosen. The harness drives one stream through `plan`; trace replay drives many
+    victims are chosen. The harness drives one stream through `change`; trace replay drives many
     streams at once through `step`, so a rule's copy count is defined once. At token t the
     streams still running are the first n rows (`rows` = slice(0, n)), and `at` [n, k]
     holds the flat indices (row * N + expert) of the experts each requests, for np.take
@@ -47,7 +47,7 @@ class EvictionPolicy(Policy):
         each stream's request order, which orders the token's experts by recency."""
         self.recency.put(at, np.broadcast_to(self.last_use(t, at.shape[1]), at.shape))
 
-    def step(self, t: int, at: np.ndarray, probs, pools: Pools) -> StepPlan:
+    def step(self, t: int, at: np.ndarray, probs, pools: Pools) -> StepChange:
         """Plan token t for the first n = len(at) streams, given the flat indices `at`
         [n, k] of their requests and the router's `probs` [n, N] (or None)."""
         n = len(at)
@@ -61,7 +61,7 @@ class EvictionPolicy(Policy):
             order = self.eviction_order(t, rows, at, probs, pools, most)
             victims = order[np.arange(most) < need[:, None]]
         self.learn(t, rows, at, probs)
-        return StepPlan(at, miss, copies, victims)
+        return StepChange(at, miss, copies, victims)
 
     def eviction_order(self, t, rows, at, probs, pools, most: int) -> np.ndarray:
         """The `most` first victims per stream, as flat indices, in `priority` order
@@ -87,12 +87,12 @@ class EvictionPolicy(Policy):
                 f"token {t} is outside 0 .. 2**40 - 1"
             )
 
-    def plan(self, t, request, probs, resident) -> Plan:
+    def change(self, t, request, probs, resident) -> PoolChange:
         pools = Pools.holding(resident, self.num_experts, self.capacity)
         probs = None if probs is None else np.asarray(probs)[None]
         step = self.step(t, np.asarray([request]), probs, pools)
         admit = [int(e) for e, m in zip(request, step.miss[0], strict=True) if m]
-        return Plan(admit=admit, evict=sorted(step.victims.tolist()))
+        return PoolChange(admit=admit, evict=sorted(step.victims.tolist()))
 
     def compiled_state(self, requests: np.ndarray, lengths: np.ndarray):
         """The state of a compiled replay of every stream of `requests` [S, T, k] (padded

@@ -72,12 +72,12 @@ class FarthestFuture(EvictionPolicy):
         self.recorded = (np.maximum(demand, 0) + self.start[:, :, None]).transpose(1, 0, 2)
         self.key = self.ranked(self.ahead, self.recency, slice(None))
 
-    def plan(self, t, request, probs, resident):
+    def change(self, t, request, probs, resident):
         if t >= len(self.after) or sorted(self.future[t]) != sorted(request):
             raise MoecacheError(
                 f"policy {self.name}: the recorded trace does not match this run at token {t}"
             )
-        return super().plan(t, request, probs, resident)
+        return super().change(t, request, probs, resident)
 
     def ranked(self, ahead, recency, experts):
         """Farthest next use first, then the least recently used; with costs, the cheapest

@@ -8,7 +8,7 @@ row, e, busy) -> v, on_evict(s, row, v), on_insert(s, row, e), called in EventPo
 order, then on_token(s, row, request) once the token's experts are in (the whole request
 in its order: where LRU and farthest-future learn). `busy[x]` is true for the current
 token's experts, never a valid victim. The same compiled `run` (a stream's tokens, in
-order) serves the harness (`plan`, one stream), replay's `step` (many streams, one token)
+order) serves the harness (`change`, one stream), replay's `step` (many streams, one token)
 and `replay_streams` (every stream start to end in one call, no Python per token): a
 rule's copies are defined once, and replay runs at compiled speed. Replay takes this one
 path for every rule with a compiled state (EvictionPolicy.compiled_state): the zoo's
@@ -37,7 +37,7 @@ from numba.core.extending import overload
 
 from moecache.errors import MoecacheError
 from moecache.policies.event_driven import EventPolicy
-from moecache.policies.pools import OUTSIDE, StepPlan
+from moecache.policies.pools import OUTSIDE, StepChange
 from moecache.records import counting
 
 
@@ -371,7 +371,7 @@ class CompiledEventPolicy(EventPolicy):
         (EventPolicy.reset makes it; no new_stream here)."""
         raise NotImplementedError
 
-    def step(self, t: int, at: np.ndarray, probs, pools) -> StepPlan:
+    def step(self, t: int, at: np.ndarray, probs, pools) -> StepChange:
         n = len(at)
         requests = at - self.start[:n]
         miss = pools.base.take(at) >= OUTSIDE
@@ -379,7 +379,7 @@ class CompiledEventPolicy(EventPolicy):
         victims, ok = step_streams(self.state, requests, pools.count[:n], self.capacity, resident)
         if not ok:
             raise MoecacheError(f"policy {self.name}: invalid victim at token {t}")
-        return StepPlan(at, miss, miss.sum(axis=1), victims)
+        return StepChange(at, miss, miss.sum(axis=1), victims)
 
     def compiled_state(self, requests, lengths):
         """A fresh state for every stream of `requests` (EventPolicy.reset makes it)."""

@@ -1,6 +1,6 @@
 """The one interface every cache policy implements, for one restricted layer.
 
-Per token t the pooled block asks `policy.plan(t, request, probs, resident)` which experts
+Per token t the pooled block asks `policy.change(t, request, probs, resident)` which experts
 to evict (no data moves) and which to copy in, applies that plan to its pool, and then
 computes the token: with the router's own choice (`request`) when the policy is lossless,
 or with the router's best `top_k` among the resident experts when `restricts` is true.
@@ -28,7 +28,7 @@ from moecache.records.shape import check_shape
 
 
 @dataclass
-class Plan:
+class PoolChange:
     """What the pool does before token t is computed: drop `evict`, then copy in `admit`."""
 
     admit: list[int] = field(default_factory=list)
@@ -75,9 +75,9 @@ class Policy:
         """The host copy of this token's row of decide()."""
         raise NotImplementedError
 
-    def plan(
+    def change(
         self, t: int, request: Sequence[int], probs: np.ndarray | None, resident: AbstractSet[int]
-    ) -> Plan:
+    ) -> PoolChange:
         """`request`: the router's top-k for token t, in the router's order (most probable
         first); `probs`: its softmax over all experts (None for a policy that reads none,
         `needs_probs` and `restricts` false)."""
@@ -96,11 +96,11 @@ class Policy:
             )
         return (1 + t) * self.top_k + np.arange(width, dtype=np.int64)
 
-    def cache_to(self, target, resident, order=None, refresh=True) -> Plan:
+    def cache_to(self, target, resident, order=None, refresh=True) -> PoolChange:
         """The plan that makes `target` resident: admit what is missing, and evict residents
         outside it, first by `order` (default: the lower id), only as far as the admitted
         need room (a restricting policy's refresh)."""
         admit = [e for e in target if e not in resident]
         room = self.capacity - len(resident)
         spare = sorted(set(resident).difference(target), key=order)
-        return Plan(admit=admit, evict=spare[: max(0, len(admit) - room)], refresh=refresh)
+        return PoolChange(admit=admit, evict=spare[: max(0, len(admit) - room)], refresh=refresh)

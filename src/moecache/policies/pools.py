@@ -1,5 +1,5 @@
 """The resident sets of many streams' pools, as eviction rules see them, and what one step
-of a rule does to them (StepPlan)."""
+of a rule does to them (StepChange)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class Pools:
     def resident(self) -> np.ndarray:
         return self.base < OUTSIDE
 
-    def apply(self, n: int, plan: StepPlan) -> None:
+    def apply(self, n: int, plan: StepChange) -> None:
         """Evict the plan's victims, then copy in its misses, in the first n streams."""
         self.base.put(plan.victims, plan.victims % self.num_experts + OUTSIDE)
         admit = plan.at[plan.miss]
@@ -45,7 +45,7 @@ class Pools:
         np.minimum(self.count[:n] + plan.copies, self.capacity, out=self.count[:n])
 
 
-class StepPlan(NamedTuple):
+class StepChange(NamedTuple):
     """What one step of token t does in the first n streams' pools, from
     EvictionPolicy.step: which requests miss and which residents make room for them."""
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from moecache.policies.policy import Plan, Policy
+from moecache.policies.policy import Policy, PoolChange
 
 
 class ScheduledPolicy(Policy):
@@ -22,11 +22,11 @@ class ScheduledPolicy(Policy):
         # the token of its last request.
         self.last_request = np.zeros(self.num_experts, dtype=np.int64)
 
-    def plan(self, t, request, probs, resident) -> Plan:
+    def change(self, t, request, probs, resident) -> PoolChange:
         self.record(t, request)
         self.last_request[list(request)] = self.last_use(t, len(request))
         if not self.due(t):
-            return Plan()
+            return PoolChange()
         # Residents outside the target leave least recently requested first (one token's
         # experts in request order, as for LRU).
         return self.cache_to(self.target(t), resident, lambda e: (self.last_request[e], e))

@@ -26,7 +26,7 @@ import numpy as np
 from moecache.errors import MoecacheError
 from moecache.policies.admission import ADMISSIONS, Recency, TrueNextUse, device_step
 from moecache.policies.eviction import EvictionPolicy
-from moecache.policies.pools import Pools, StepPlan
+from moecache.policies.pools import Pools, StepChange
 from moecache.records import counting
 from moecache.records.batch import future
 
@@ -84,7 +84,7 @@ class DeviceTier:
         n = self.policy.num_experts
         self.pools = Pools.holding(range(n), n, self.policy.capacity)
 
-    def decide(self, t: int, request, probs=None) -> tuple[StepPlan, np.ndarray, bool]:
+    def decide(self, t: int, request, probs=None) -> tuple[StepChange, np.ndarray, bool]:
         """Token t's request [k] (`probs` [N]: its router probabilities, for a rule that
         reads them): the plan, the requested experts that were missing in request order
         (copied or computed: the host must hold them) and whether the pool had been full

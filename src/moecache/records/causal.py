@@ -59,7 +59,7 @@ class CausalCheck(Traced):
 
     `closed_loop`: per shard of learned.causal.closed_loop, per rule, the harness's copies
     per sequence beside the replay's of the same sequences and whether they are equal;
-    `cost`: on `cost_shard`'s first sequences, every rule's plan() time per decision (one
+    `cost`: on `cost_shard`'s first sequences, every rule's change() time per decision (one
     layer's plan for one token) with its interval over streams, its extra time over LRU's
     (paired), the copies it saves per decision and their worth at `tau_ms` a copy, and the
     worth less the extra time (`net_ns`: negative, it costs more than it saves at 1x)."""

@@ -78,7 +78,7 @@ def check_caption(check: CausalCheck) -> str:
     return (
         f"The causal rules decoding in the harness at C = {check.capacity} (the first "
         f"sequences of shard {shards}, learned.causal.closed_loop), their copies beside the "
-        "same rules replayed on the same sequences; and each rule's decisions (plan(), one "
+        "same rules replayed on the same sequences; and each rule's decisions (change(), one "
         "layer and token) timed against LRU's on the monotonic clock, interleaved token by "
         f"token, the median of {check.rounds} rounds, on {len(check.cost_sequences)} "
         f"sequences of shard {check.cost_shard} ({check.cost['decisions']} decisions): "

@@ -1,6 +1,6 @@
 """Which runs each shard decodes, and the slots a decode job holds for them: pure functions
 of the validated settings. The harness's decode jobs (harness/runs.py), `moecache plan`
-(schedule/plan.py) and the Snakefile (workflow/helpers/harness.smk) all ask these, so the
+(schedule/accountant.py) and the Snakefile (workflow/helpers/harness.smk) all ask these, so the
 files the workflow expects, the runs a job decodes and the memory the plan sizes agree.
 """
 
@@ -43,7 +43,7 @@ def decoded(settings: dict, kept: bool) -> list[tuple[str, RunName]]:
     """(shard, run name) of every results file the decode jobs write, run by run: each run x
     shard at 1x, and each run x multiplier on the first shard (slower copies rank the
     policies on the main shard, as in the paper); not the all-resident runs where the device
-    cannot hold them (not `kept`: schedule.plan.reference_left_out)."""
+    cannot hold them (not `kept`: schedule.accountant.reference_left_out)."""
     harness = settings["harness"]
     first = next(iter(settings["corpus"]["heldout"]["shards"]))
     return [
@@ -85,7 +85,7 @@ class Slots(NamedTuple):
 
 def shard_slots(settings: dict, shard: str, first_shard: str, kept: bool) -> dict[str, Slots]:
     """The runs `shard` decodes, by label in harness.runs's order, as slot_layout reads them
-    (harness/runs.py plan_shard builds the same runs with their policies)."""
+    (harness/runs.py runs_for_shard builds the same runs with their policies)."""
     harness = settings["harness"]
     pairs = kept_runs(harness, shard_runs(settings, shard, first_shard), kept)
     return {

@@ -65,7 +65,7 @@ def kv_bytes_per_token(config, element: int) -> int:
     return config.num_hidden_layers * per_layer * element
 
 
-def plan(
+def account(
     settings: dict, gpu_gib=None, source=None, tokens=None, reference=True, shard=None
 ) -> dict:
     """`source`: the model folder a job loads (default: the config's); `tokens`: the
@@ -207,8 +207,8 @@ def ring_bytes(harness: dict, expert: int, layers: int) -> tuple[int, int]:
 def reference_device_bytes(settings: dict, source=None, tokens=None) -> int:
     """The device memory the all-resident reference needs: every expert of the offloaded
     layers in its slots, beside the resident weights and the KV cache (`source`, `tokens`:
-    as plan's)."""
-    report = plan(settings, source=source, tokens=tokens, reference=False)
+    as account's)."""
+    report = account(settings, source=source, tokens=tokens, reference=False)
     layers = len(report["offloaded_layers"])
     return memory.device_peak(
         report["weights_bytes"],
