@@ -48,7 +48,7 @@ class EvictionPolicy(Policy):
         self.recency.put(at, np.broadcast_to(self.last_use(t, at.shape[1]), at.shape))
 
     def step(self, t: int, at: np.ndarray, probs, pools: Pools) -> StepChange:
-        """Plan token t for the first n = len(at) streams, given the flat indices `at`
+        """Decide token t for the first n = len(at) streams, given the flat indices `at`
         [n, k] of their requests and the router's `probs` [n, N] (or None)."""
         n = len(at)
         rows = slice(0, n)
