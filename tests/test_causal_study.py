@@ -150,7 +150,7 @@ def test_the_scorecard_row_and_the_numbers_read_the_study(study, tmp_path):
 
 # The causal check (learned/causal_check.py, causal_cost.py): closed loop against replay, and
 # the cost per decision. The closed-loop runs are made here from each rule's one-stream path
-# (Policy.plan, the call the harness's pooled block makes: tests/test_policies.simulate);
+# (Policy.change, the call the harness's pooled block makes: tests/test_policies.simulate);
 # tests/test_harness.py decodes the rules in the harness itself.
 LOOP = {"closed_loop": {"shards": ["a"], "sequences": 3}, "cost": {"sequences": 2, "rounds": 2}}
 CHECK_SETTINGS = {
@@ -276,15 +276,15 @@ def test_a_slow_rule_costs_more_than_it_saves(study, monkeypatch):
     from moecache.policies.reuse_distance import ReuseDistance
 
     found, _ = study
-    plan = ReuseDistance.plan
+    change = ReuseDistance.change
 
     def slow(self, *args):
         until = time.perf_counter_ns() + 300_000
         while time.perf_counter_ns() < until:
             pass
-        return plan(self, *args)
+        return change(self, *args)
 
-    monkeypatch.setattr(ReuseDistance, "plan", slow)
+    monkeypatch.setattr(ReuseDistance, "change", slow)
     shard = routed(1, streams=2, steps=20)
     rules = {
         "reuse-distance": ("reuse-distance", {}),

@@ -94,14 +94,14 @@ def controller_arm(off, config, weights, threshold=0.5):
 def test_between_refreshes_only_cached_experts_compute(model_and_sequences, smoke_run, monkeypatch):
     config, model, sequences = model_and_sequences
     seen = []
-    real = Controller.plan
+    real = Controller.change
 
     def spy(self, t, request, probs, resident):
         plan = real(self, t, request, probs, resident)
         seen.append((self.layer, t, tuple(self.cached), plan.refresh))
         return plan
 
-    monkeypatch.setattr(Controller, "plan", spy)
+    monkeypatch.setattr(Controller, "change", spy)
     layers = config["harness"]["restricted_layers"]
     with decode.offloaded(model, layers, config["harness"]["capacity"], "cpu", 8) as off:
         arm = controller_arm(off, config, smoke_run / HEADS, threshold=0.5)

@@ -185,7 +185,7 @@ def test_gru_one_token_at_a_time_scores_as_over_the_whole_sequence():
 @given(demands(probs=True))
 def test_replay_makes_the_harness_paths_decisions(tmp_path_factory, case):
     """Every scorer kind, as an eviction rule: replay (all streams at once) evicts at every
-    token exactly what the pooled block's one-stream path (Policy.plan) evicts."""
+    token exactly what the pooled block's one-stream path (Policy.change) evicts."""
     demand, streams, capacity = case
     tmp = tmp_path_factory.mktemp("scorers")
     for kind, feature_set in (("linear", "router"), ("mlp", "past-use"), ("gru", "router")):

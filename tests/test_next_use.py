@@ -1,7 +1,7 @@
 """The next-use rule (policies/next_use.py) and its fit (learned/next_use.py).
 
 A random model stands in for a fitted one: the rule's contract does not depend on what it
-learned. Replay (all streams at once) must make the one-stream path's decisions (Policy.plan,
+learned. Replay (all streams at once) must make the one-stream path's decisions (Policy.change,
 what the harness runs closed loop), every lossless invariant must hold, and a bad file is one
 clear error.
 """

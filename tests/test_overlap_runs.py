@@ -10,7 +10,7 @@ import json
 import random
 
 import pytest
-from conftest import REPO, load_yaml
+from conftest import REPO, load_settings
 from run_records import bandwidth_record, gates_record
 
 from moecache import config as configs
@@ -60,7 +60,7 @@ def test_a_bad_overlapped_run_is_refused_in_one_line(smoke_config, run, message)
 def decoded(tmp_path_factory):
     """Shard a of a seeded random model of the smoke sizes, every run of RUNS decoded in
     one job (blocking and overlapped interleaved), and its results files."""
-    config = load_yaml(REPO / "config" / "smoke.yaml")
+    config = load_settings(REPO / "config" / "smoke.yaml")
     config["harness"] |= {"runs": copy.deepcopy(RUNS), "scaled_sequences": 2}
     arch = config["model"]["architecture"]
     model = tiny.model("olmoe", arch, 512, seed=0)

@@ -1,6 +1,6 @@
 """Trace replay, bounds and the exact optimum on generated streams.
 
-Replay steps many streams at once; the harness drives one stream through Policy.plan. The
+Replay steps many streams at once; the harness drives one stream through Policy.change. The
 property tests here check that both give the same counts for every lossless rule, that
 every lossless invariant holds, that B_flat <= exact optimum <= greedy <= LRU, and that
 on single requests LRU and farthest future equal libCacheSim's LRU and Belady.
@@ -58,7 +58,7 @@ def rule_text(name: str, params: dict) -> str:
 @given(demands(probs=True))
 def test_replay_equals_the_harness_path_for_every_rule(case):
     """All streams stepped together give each stream's counts of the one-stream path the
-    pooled block takes (Policy.plan), fills and steady split included."""
+    pooled block takes (Policy.change), fills and steady split included."""
     demand, streams, capacity = case
     for name, params in LOSSLESS:
         counts = engine.run(demand, engine.make_rule(rule_text(name, params), demand, capacity))
