@@ -42,27 +42,34 @@ def schema_text() -> str:
     return resources.files("moecache").joinpath("config.schema.yaml").read_text()
 
 
-def schema() -> dict:
+@functools.cache
+def parsed_schema() -> dict:
+    """The schema, parsed once (about 70 ms a parse here): read it, never change it; schema()
+    is a copy to change."""
     return yaml.safe_load(schema_text())
+
+
+def schema() -> dict:
+    return copy.deepcopy(parsed_schema())
 
 
 def schema_default(*path: str):
     """The schema's default of the key at `path` (e.g. "harness", "gate_repeats"), for a
     caller that builds settings of its own (the GPU check's harness)."""
-    return defaults.section_schema(schema(), path)["default"]
+    return defaults.section_schema(parsed_schema(), path)["default"]
 
 
 def fill_defaults(config: dict) -> dict:
     """`config` with every default of the schema filled in, in place: each default object
     a copy of its own (Snakemake's `validate` would share one between runs)."""
-    return defaults.fill(config, schema())
+    return defaults.fill(config, parsed_schema())
 
 
 def with_defaults(section: dict, *path: str) -> dict:
     """A copy of the config section at `path` (e.g. "harness") with its defaults filled, for
     a caller holding a section, not a whole config (tests, the GPU check)."""
     section = copy.deepcopy(section)
-    return defaults.fill(section, defaults.section_schema(schema(), path))
+    return defaults.fill(section, defaults.section_schema(parsed_schema(), path))
 
 
 def run_spec(policy: str, params: dict | None = None, **keys) -> dict:
