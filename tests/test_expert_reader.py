@@ -54,6 +54,19 @@ def test_the_read_experts_are_transformers_own_in_every_family(family, tmp_path)
     )
 
 
+def test_a_read_load_leaves_the_random_state_as_transformers_own_load_does(tmp_path):
+    """A seed set before the load draws the same after it (the controller seeds its heads
+    before loading the model: a reader that drew would move every published heads file)."""
+    saved("olmoe", tmp_path)
+    assert expert_reader.reads(checkpoint.read_config(tmp_path))
+    torch.manual_seed(0)
+    transformers_own(tmp_path, "float32")
+    after_theirs = torch.rand(4)
+    torch.manual_seed(0)
+    checkpoint.load(tmp_path, "float32", "cpu", ARCH)
+    assert torch.equal(torch.rand(4), after_theirs)
+
+
 @pytest.mark.parametrize("family", ["mixtral", "olmoe"])
 def test_shards_and_a_cast_read_the_same_weights(family, tmp_path):
     """Experts spread over shards; a bfloat16 checkpoint read as float32 (a chunk at a time)."""

@@ -44,7 +44,7 @@ rule accuracy:
         CONDA_ENV
     threads: config["harness"]["threads"]
     resources:
-        gpu=1,
+        gpu=untimed_gpu(),
     params:
         settings=settings("model", "harness", "controller", "accuracy"),
         model=built_or_pretrained("model"),

@@ -79,6 +79,13 @@ for path in GPU_CHECKS:
         sys.exit(f"config error: config key report.devices: no GPU check {path}")
 
 
+def untimed_gpu():
+    """An untimed model job's claim on the GPU `--resources gpu=1` grants: one on a CUDA
+    device, where its model takes the device's memory; none on a CPU, where such jobs run
+    side by side on every core (a timed job still runs alone: it claims every core)."""
+    return 1 if config["harness"]["device"].startswith("cuda") else 0
+
+
 def timed_threads():
     """A timed job claims every local core, so that it runs alone (schedule/threads.py)."""
     return job_threads.claim_every_core(workflow, config["harness"]["threads"])

@@ -27,7 +27,7 @@ rule controller_train:
         CONDA_ENV
     threads: CONTROLLER.get("threads", 1)
     resources:
-        gpu=1,
+        gpu=untimed_gpu(),
     params:
         settings=settings("corpus", "model", "harness", "controller"),
         model=built_or_pretrained("model"),

@@ -26,7 +26,7 @@ rule learned_trace:
         CONDA_ENV
     threads: config["harness"]["threads"]
     resources:
-        gpu=1,
+        gpu=untimed_gpu(),
     params:
         settings=settings("corpus", "model", "harness"),
         model=built_or_pretrained("model"),

@@ -26,7 +26,7 @@ rule router_train:
         CONDA_ENV
     threads: ROUTER.get("threads", 1)
     resources:
-        gpu=1,
+        gpu=untimed_gpu(),
     params:
         settings=settings("corpus", "model", "harness", "router_tuning"),
         model=router_base("model"),

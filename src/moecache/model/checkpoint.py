@@ -106,8 +106,11 @@ def load(
     adapter = check_architecture(config, arch, source, family)
     kernel = {"experts_implementation": experts_implementation} if experts_implementation else {}
     # Every MoE layer's experts read by expert_reader in place, not fused by transformers.
+    # Its load draws from torch's generator for the experts it skips (no_init_weights does
+    # not stop that): forked, so a seed set before a load (the controller's heads) draws
+    # after it what it drew after transformers' own full load.
     reading = list(adapter.sizes(config).moe_layers) if expert_reader.reads(config) else []
-    with unwritten_experts(bool(reading)):
+    with unwritten_experts(bool(reading)), torch.random.fork_rng(devices=[]):
         model, info = AutoModelForCausalLM.from_pretrained(
             str(source),
             dtype=DTYPES[dtype],
@@ -172,10 +175,11 @@ def fused_in_order(model_type: str) -> list[tuple[str, bool]]:
     return [(target, len(names) > 1) for target, names in ordered]
 
 
-# Small tensors transformers makes beside the weights while it loads: the rotary
-# frequencies and the temporaries computing them (GPT-OSS's YaRN holds 1,152 bytes at its
-# load's peak, the mapped files, by the host census), bounded here rather than sized.
-SMALL_TENSOR_BYTES = 4096
+# Small tensors made beside the weights while a checkpoint loads: the rotary frequencies
+# and the temporaries computing them (GPT-OSS's YaRN holds 1,152 bytes at its load's peak,
+# the mapped files, by the host census) and the generator's state `load` keeps while
+# transformers reads (5,056 bytes), bounded here rather than sized.
+SMALL_TENSOR_BYTES = 8192
 
 
 def load_host_peak(
