@@ -251,6 +251,17 @@ def test_the_dwell_window_compares_blocking_dwell_16_with_dwell_64(workdir):
     assert row["verdict"] == "undecided", row
     assert row["why"].startswith("dwell-16 - dwell-64 NLL -0.008 [")
     assert "on 8 sequences: about" in row["why"] and "would tell them apart" in row["why"]
+    assert row["setting"] == "1x; loss paired on shard a"
+    # A second shard that decoded both adds its sequences to the pairs (a run on one shard
+    # alone adds none).
+    other = workdir / "results/runs/b"
+    write_json(other / "dwell-16-x1.json", json.loads((runs / "dwell-16-x1.json").read_text()))
+    write_json(other / "dwell-64-x1.json", {**dwell_64, "sequences": nll_rows(mixed)})
+    write_json(other / "lru-x1.json", run_file("lru", "lru", 38.3, 0.0))
+    row = answer(workdir, "dwell_window")
+    assert "on 16 sequences: about" in row["why"], row
+    assert row["setting"] == "1x; loss paired on shards a, b"
+    assert "results/runs/b/dwell-64-x1.json" in row["sources"]
 
 
 def test_run_files_of_another_schema_or_lacking_a_field_are_one_line(workdir):

@@ -7,13 +7,14 @@ from conftest import REPO
 
 
 def gpu_rules() -> set[str]:
-    """Rules whose `resources:` declare gpu=1, read from the rule files (a rule defined
-    under an `if`, as harness.fan_out's two decode rules are, is indented)."""
+    """Rules whose `resources:` declare a GPU, read from the rule files: gpu=1, or
+    untimed_gpu() (one on a CUDA device, the one a cluster runs them on). A rule defined
+    under an `if`, as harness.fan_out's two decode rules are, is indented."""
     found = set()
     for path in (REPO / "workflow" / "rules").glob("*.smk"):
         for block in re.split(r"\n(?= *rule )", path.read_text()):
             name = re.match(r" *rule (\w+):", block)
-            if name and re.search(r"resources:\s*\n\s*gpu=1", block):
+            if name and re.search(r"resources:\s*\n\s*gpu=(1|untimed_gpu\(\)),", block):
                 found.add(name.group(1))
     return found
 

@@ -3,6 +3,8 @@ the mean-interval rule."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from moecache.intervals import paired_difference
 from moecache.records.io import read_run
 from moecache.records.replay import OptimumSweep
@@ -36,37 +38,56 @@ def dwell_window(r: Results) -> Found:
     # Copies compare only at the same k (a longer dwell copies less whatever its window);
     # they are exact counts, so only the loss has an interval to weigh.
     same_k = long[1] == short[1]
-    lower, said = lower_loss(r, a, b)
+    lower, said, shards, read = lower_loss(r, a, b)
     too_small = said if lower is None else ""
     if same_k and a.rho >= b.rho:  # more copies: the claim fails whatever the loss says
         lower, too_small = False, ""
     note = "" if same_k else "different k: loss compared, copies not"
-    return Found(
-        value, judged(bool(lower), "", too_small), "1x, first shard", joined(too_small, note), paths
-    )
+    setting = f"1x; loss paired on shard{'s' if len(shards) > 1 else ''} {', '.join(shards)}"
+    found = judged(bool(lower), "", too_small)
+    return Found(value, found, setting, joined(too_small, note), sorted({*paths, *read}))
 
 
-def lower_loss(r: Results, a, b) -> tuple[bool | None, str]:
+def lower_loss(r: Results, a, b) -> tuple[bool | None, str, list[str], list[str]]:
     """Whether run `a` loses less than run `b` by a paired 95% interval over the sequences
-    both decoded (their NLL per sequence); None with the sequences that would tell."""
-    rows_a = {row.sequence: row for row in read_run(r.path(a.path)).sequences}
-    rows_b = {row.sequence: row for row in read_run(r.path(b.path)).sequences}
-    both = sorted(set(rows_a) & set(rows_b))
-    if not both:
-        return None, f"{a.run} and {b.run} share no decoded sequence to pair their losses on"
+    both decoded at 1x on every shard that decoded both (their NLL per sequence); None
+    with the sequences that would tell. Also the shards paired and the files read."""
+    pairs, shards, read = [], [], []
+    for shard in r.shards:
+        files = [f"results/runs/{shard}/{Path(run.path).name}" for run in (a, b)]
+        if not all(Path(r.path(f)).exists() for f in files):
+            continue
+        rows_a, rows_b = (
+            {row.sequence: row for row in read_run(r.path(f)).sequences} for f in files
+        )
+        both = sorted(set(rows_a) & set(rows_b))
+        pairs += [(rows_a[s], rows_b[s]) for s in both]
+        shards, read = (shards + [shard], read + files) if both else (shards, read)
+    if not pairs:
+        return (
+            None,
+            f"{a.run} and {b.run} share no decoded sequence to pair their losses on",
+            [],
+            [],
+        )
     point, interval = paired_difference(
-        [rows_a[s].nll_sum for s in both],
-        [rows_a[s].scored for s in both],
-        [rows_b[s].nll_sum for s in both],
-        [rows_b[s].scored for s in both],
+        [x.nll_sum for x, _ in pairs],
+        [x.scored for x, _ in pairs],
+        [y.nll_sum for _, y in pairs],
+        [y.scored for _, y in pairs],
     )
     if interval[1] < 0 or interval[0] > 0:
-        return interval[1] < 0, ""
-    size = size_to_clear(len(both), point, interval, 0.0)
-    return None, (
-        f"{a.run} - {b.run} NLL {point:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}] on "
-        f"{len(both)} sequences: {about(size)} sequences would tell them apart "
-        "(corpus.heldout.sequences)"
+        return interval[1] < 0, "", shards, read
+    size = size_to_clear(len(pairs), point, interval, 0.0)
+    return (
+        None,
+        (
+            f"{a.run} - {b.run} NLL {point:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}] on "
+            f"{len(pairs)} sequences: {about(size)} sequences would tell them apart "
+            "(corpus.heldout.sequences)"
+        ),
+        shards,
+        read,
     )
 
 
