@@ -38,21 +38,22 @@ def dwell_window(r: Results) -> Found:
     # Copies compare only at the same k (a longer dwell copies less whatever its window);
     # they are exact counts, so only the loss has an interval to weigh.
     same_k = long[1] == short[1]
-    lower, said, shards, read = lower_loss(r, a, b)
+    paired = shard_pairs(r, a, b)
+    lower, said = lower_loss(a, b, [pair for pairs, _ in paired.values() for pair in pairs])
     too_small = said if lower is None else ""
     if same_k and a.rho >= b.rho:  # more copies: the claim fails whatever the loss says
         lower, too_small = False, ""
     note = "" if same_k else "different k: loss compared, copies not"
-    setting = f"1x; loss paired on shard{'s' if len(shards) > 1 else ''} {', '.join(shards)}"
+    setting = f"1x; loss paired on shard{'s' if len(paired) > 1 else ''} {', '.join(paired)}"
+    read = [f for _, files in paired.values() for f in files]
     found = judged(bool(lower), "", too_small)
     return Found(value, found, setting, joined(too_small, note), sorted({*paths, *read}))
 
 
-def lower_loss(r: Results, a, b) -> tuple[bool | None, str, list[str], list[str]]:
-    """Whether run `a` loses less than run `b` by a paired 95% interval over the sequences
-    both decoded at 1x on every shard that decoded both (their NLL per sequence); None
-    with the sequences that would tell. Also the shards paired and the files read."""
-    pairs, shards, read = [], [], []
+def shard_pairs(r: Results, a, b) -> dict[str, tuple[list, list[str]]]:
+    """Per shard whose 1x files of runs `a` and `b` share decoded sequences: their rows
+    paired by sequence, and the two files."""
+    found = {}
     for shard in r.shards:
         files = [f"results/runs/{shard}/{Path(run.path).name}" for run in (a, b)]
         if not all(Path(r.path(f)).exists() for f in files):
@@ -60,16 +61,17 @@ def lower_loss(r: Results, a, b) -> tuple[bool | None, str, list[str], list[str]
         rows_a, rows_b = (
             {row.sequence: row for row in read_run(r.path(f)).sequences} for f in files
         )
-        both = sorted(set(rows_a) & set(rows_b))
-        pairs += [(rows_a[s], rows_b[s]) for s in both]
-        shards, read = (shards + [shard], read + files) if both else (shards, read)
+        pairs = [(rows_a[s], rows_b[s]) for s in sorted(set(rows_a) & set(rows_b))]
+        if pairs:
+            found[shard] = (pairs, files)
+    return found
+
+
+def lower_loss(a, b, pairs: list) -> tuple[bool | None, str]:
+    """Whether run `a` loses less than run `b` by a paired 95% interval over `pairs`, their
+    rows of the same sequences (NLL per sequence); None with the sequences that would tell."""
     if not pairs:
-        return (
-            None,
-            f"{a.run} and {b.run} share no decoded sequence to pair their losses on",
-            [],
-            [],
-        )
+        return None, f"{a.run} and {b.run} share no decoded sequence to pair their losses on"
     point, interval = paired_difference(
         [x.nll_sum for x, _ in pairs],
         [x.scored for x, _ in pairs],
@@ -77,17 +79,12 @@ def lower_loss(r: Results, a, b) -> tuple[bool | None, str, list[str], list[str]
         [y.scored for _, y in pairs],
     )
     if interval[1] < 0 or interval[0] > 0:
-        return interval[1] < 0, "", shards, read
+        return interval[1] < 0, ""
     size = size_to_clear(len(pairs), point, interval, 0.0)
-    return (
-        None,
-        (
-            f"{a.run} - {b.run} NLL {point:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}] on "
-            f"{len(pairs)} sequences: {about(size)} sequences would tell them apart "
-            "(corpus.heldout.sequences)"
-        ),
-        shards,
-        read,
+    return None, (
+        f"{a.run} - {b.run} NLL {point:+.3f} [{interval[0]:+.3f}, {interval[1]:+.3f}] on "
+        f"{len(pairs)} sequences: {about(size)} sequences would tell them apart "
+        "(corpus.heldout.sequences)"
     )
 
 
